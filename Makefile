@@ -1,0 +1,50 @@
+# voxpipe — see README.md. `make run` and `make test` work on a fresh Debian bookworm machine.
+GO      ?= go
+BIN     := bin/voxpipe
+LISTEN  ?= localhost:8080
+# Debian packages the build needs (cgo: Opus via hraban/opus).
+BUILD_PKGS := libopus-dev libopusfile-dev pkg-config gcc
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run build test test-go test-web bench fuzz deps test-deps clean
+
+run: build ## build and start the server on http://localhost:8080 (LISTEN=host:port to change)
+	./$(BIN) serve --listen $(LISTEN)
+
+build: deps
+	$(GO) build -o $(BIN) ./cmd/voxpipe
+
+# Install missing Debian packages (only those missing, so a ready machine skips apt entirely).
+deps:
+	@missing=""; for p in $(BUILD_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
+
+test-deps: deps
+	@if [ ! -x /usr/bin/chromium ] || ! command -v node >/dev/null; then \
+	  pkgs=chromium; command -v node >/dev/null || pkgs="$$pkgs nodejs npm"; \
+	  echo "installing Debian packages: $$pkgs"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs; fi
+	@[ -d node_modules/playwright-core ] || npm ci --no-audit --no-fund
+
+test: test-go test-web ## all tests: Go (unit, parity, WebRTC loopback) and the page in headless Chromium
+
+test-go: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+test-web: test-deps build
+	node --test web/e2e/
+
+bench: build ## benchmarks: Go microbenchmarks, then the WebRTC loopback (1 and 50 sessions)
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	./$(BIN) bench loopback --voice dsp --sessions 1 --seconds 10 --json
+	./$(BIN) bench loopback --voice dsp --sessions 50 --seconds 10 --json
+
+fuzz: ## run each fuzz target for FUZZTIME (default 30s)
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $${FUZZTIME:-30s} ./engine/gguf
+	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime $${FUZZTIME:-30s} ./dsp/wav
+	$(GO) test -run '^$$' -fuzz FuzzDecodeMessage -fuzztime $${FUZZTIME:-30s} ./rtc
+
+clean:
+	rm -rf bin

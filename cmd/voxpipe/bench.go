@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/voxpipe/voxpipe/rtc/rtcclient"
+)
+
+func runBench(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "loopback" {
+		fmt.Fprintln(stderr, "Usage: voxpipe bench loopback [--voice dsp] [--pitch N] [--sessions N] [--seconds S] [--json]")
+		return errors.New("unknown or missing benchmark (available: loopback)")
+	}
+	fs := newFlags("bench loopback", "bench loopback [flags]", stderr)
+	voice := fs.String("voice", "dsp", "voice to run")
+	pitch := fs.Float64("pitch", 4, "pitch shift of the dsp voice (non-zero so the voice does real work)")
+	sessions := fs.Int("sessions", 1, "concurrent sessions")
+	seconds := fs.Float64("seconds", 10, "seconds of audio each session sends")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	server := fs.String("server", "", "benchmark a running server at this http:// URL instead of starting one (CPU is then not measured)")
+	if _, err := parseInterleaved(fs, args[1:]); err != nil {
+		return err
+	}
+	if *sessions < 1 || *seconds < 1 {
+		return errors.New("--sessions must be ≥ 1 and --seconds ≥ 1")
+	}
+	res, err := benchLoopback(loopbackOptions{voice: *voice, pitch: *pitch, sessions: *sessions, seconds: *seconds, server: *server, log: stderr})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	fmt.Fprintf(stdout, "loopback %s ×%d for %.0f s: latency p50 %.1f ms, p95 %.1f ms; CPU %.2f%% per session; late chunks %d of %d; dropped %.0f ms; clicks found %d/%d\n",
+		res.Voice, res.Sessions, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateChunks, res.Chunks, res.DroppedMs, res.ClicksFound, res.ClicksSent)
+	return nil
+}
+
+type loopbackOptions struct {
+	voice    string
+	pitch    float64
+	sessions int
+	seconds  float64
+	server   string
+	log      io.Writer
+}
+
+// loopbackResult is one run of the loopback benchmark.
+type loopbackResult struct {
+	Bench         string  `json:"bench"`
+	Voice         string  `json:"voice"`
+	Sessions      int     `json:"sessions"`
+	Seconds       float64 `json:"seconds"`
+	LatencyP50    float64 `json:"latency_ms_p50"`
+	LatencyP95    float64 `json:"latency_ms_p95"`
+	CPUPerSession float64 `json:"cpu_percent_per_session"`
+	LateChunks    int     `json:"late_chunks"`
+	Chunks        int     `json:"chunks"`
+	LatePercent   float64 `json:"late_chunks_percent"`
+	DroppedMs     float64 `json:"dropped_ms"`
+	ServerMs      float64 `json:"server_latency_ms_mean"`
+	ClicksSent    int     `json:"clicks_sent"`
+	ClicksFound   int     `json:"clicks_found"`
+}
+
+// benchLoopback runs sessions through a real server over loopback WebRTC and measures the
+// input→output latency of a click train, the server's CPU, and late and dropped audio.
+func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
+	base, pid := o.server, 0
+	if base == "" {
+		var stop func()
+		var err error
+		base, pid, stop, err = startServer(o.log)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
+	pcm, clicks := rtcclient.ClickTrain(o.seconds, 500*time.Millisecond)
+	packets, err := rtcclient.EncodeFrames(pcm)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.seconds*float64(time.Second))+60*time.Second)
+	defer cancel()
+	clients := make([]*rtcclient.Client, o.sessions)
+	defer func() {
+		for _, c := range clients {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	for i := range clients {
+		c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(base), Voice: o.voice,
+			Params: map[string]float64{"pitch_semitones": o.pitch}, Seed: uint64(i)})
+		if err != nil {
+			return nil, fmt.Errorf("session %d: %w", i, err)
+		}
+		clients[i] = c
+	}
+	cpu0, _ := cpuTime(pid)
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(clients))
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.SendPackets(ctx, packets)
+		}()
+	}
+	wg.Wait()
+	time.Sleep(1200 * time.Millisecond) // the tail comes back and a last stats message arrives
+	cpu1, cpuErr := cpuTime(pid)
+	wall := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	res := &loopbackResult{Bench: "loopback", Voice: o.voice, Sessions: o.sessions, Seconds: o.seconds}
+	var all []time.Duration
+	var serverMs float64
+	var serverN int
+	for _, c := range clients {
+		lat := rtcclient.ClickLatencies(pcm, clicks, c.SendTimes(), c.Received())
+		all = append(all, lat...)
+		res.ClicksSent += len(clicks)
+		res.ClicksFound += len(lat)
+		if st := c.Stats(); len(st) > 0 {
+			last := st[len(st)-1]
+			res.LateChunks += last.LateChunks
+			res.Chunks += last.Chunks
+			res.DroppedMs += last.DroppedMs
+			for _, s := range st {
+				if s.Latency.Server > 0 {
+					serverMs += s.Latency.Server
+					serverN++
+				}
+			}
+		}
+	}
+	res.LatencyP50 = ms(rtcclient.Percentile(all, 50))
+	res.LatencyP95 = ms(rtcclient.Percentile(all, 95))
+	if res.Chunks > 0 {
+		res.LatePercent = 100 * float64(res.LateChunks) / float64(res.Chunks)
+	}
+	if serverN > 0 {
+		res.ServerMs = serverMs / float64(serverN)
+	}
+	if pid != 0 && cpuErr == nil {
+		res.CPUPerSession = 100 * (cpu1 - cpu0).Seconds() / wall.Seconds() / float64(o.sessions)
+	}
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// startServer runs this binary's serve command on a free loopback port.
+func startServer(log io.Writer) (base string, pid int, stop func(), err error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", 0, nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return "", 0, nil, err
+	}
+	cmd := exec.Command(exe, "serve", "--listen", addr, "--log-level", "warn")
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		return "", 0, nil, fmt.Errorf("start server: %w", err)
+	}
+	stop = func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	base = "http://" + addr
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			return base, cmd.Process.Pid, stop, nil
+		}
+	}
+	stop()
+	return "", 0, nil, errors.New("server did not come up within 10 s")
+}
+
+// cpuTime reads a process's user+system CPU time from /proc.
+func cpuTime(pid int) (time.Duration, error) {
+	if pid == 0 {
+		return 0, errors.New("no process")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	if len(f) < 13 {
+		return 0, errors.New("short /proc stat")
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(ut+st) * time.Second / ticks, nil
+}

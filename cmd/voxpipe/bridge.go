@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/gen2brain/malgo"
+
+	"github.com/voxpipe/voxpipe/stream"
+)
+
+var backends = map[string]malgo.Backend{
+	"alsa": malgo.BackendAlsa, "pulse": malgo.BackendPulseaudio, "jack": malgo.BackendJack,
+	"wasapi": malgo.BackendWasapi, "coreaudio": malgo.BackendCoreaudio, "null": malgo.BackendNull,
+}
+
+// audioContext opens miniaudio with one backend, or its default order when name is "".
+func audioContext(name string) (*malgo.AllocatedContext, error) {
+	var list []malgo.Backend
+	if name != "" {
+		b, ok := backends[name]
+		if !ok {
+			return nil, fmt.Errorf("unknown audio backend %q (alsa, pulse, jack, wasapi, coreaudio, null)", name)
+		}
+		list = []malgo.Backend{b}
+	}
+	ctx, err := malgo.InitContext(list, malgo.ContextConfig{}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("audio backend: %w", err)
+	}
+	return ctx, nil
+}
+
+func runDevices(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("devices", "devices [--backend NAME]", stderr)
+	backend := fs.String("backend", "", "audio backend (default: the platform's first that works)")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	ctx, err := audioContext(*backend)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ctx.Uninit(); ctx.Free() }()
+	for _, kind := range []struct {
+		t    malgo.DeviceType
+		name string
+	}{{malgo.Capture, "Inputs"}, {malgo.Playback, "Outputs"}} {
+		devs, err := ctx.Devices(kind.t)
+		if err != nil {
+			return fmt.Errorf("list %s: %w", strings.ToLower(kind.name), err)
+		}
+		fmt.Fprintf(stdout, "%s:\n", kind.name)
+		if len(devs) == 0 {
+			fmt.Fprintln(stdout, "  (none)")
+		}
+		for i, d := range devs {
+			def := ""
+			if d.IsDefault != 0 {
+				def = " (default)"
+			}
+			fmt.Fprintf(stdout, "  %d: %s%s\n", i, d.Name(), def)
+		}
+	}
+	fmt.Fprintln(stdout, "\nUse the number or a part of the name with 'voxpipe bridge --in DEV --out DEV'.")
+	return nil
+}
+
+// findDevice picks a device by index or by a case-insensitive part of its name ("" = default).
+func findDevice(ctx *malgo.AllocatedContext, kind malgo.DeviceType, want string) (*malgo.DeviceInfo, error) {
+	if want == "" || want == "default" {
+		return nil, nil
+	}
+	devs, err := ctx.Devices(kind)
+	if err != nil {
+		return nil, err
+	}
+	if i, err := strconv.Atoi(want); err == nil {
+		if i < 0 || i >= len(devs) {
+			return nil, fmt.Errorf("device %d does not exist (there are %d; see 'voxpipe devices')", i, len(devs))
+		}
+		return &devs[i], nil
+	}
+	for i := range devs {
+		if strings.Contains(strings.ToLower(devs[i].Name()), strings.ToLower(want)) {
+			return &devs[i], nil
+		}
+	}
+	return nil, fmt.Errorf("no device matches %q (see 'voxpipe devices')", want)
+}
+
+// bridgeOptions configure a device bridge.
+type bridgeOptions struct {
+	backend, in, out string
+	voice            string
+	pitch, formant   float64
+	rate             int           // 0: the devices' native rate
+	period           time.Duration // device period
+	readout          io.Writer     // live one-line status (nil: none)
+}
+
+// bridgeReport is what a finished bridge ran.
+type bridgeReport struct {
+	rate      int
+	frames    int64
+	stats     stream.Stats
+	algorithm time.Duration
+}
+
+func runBridge(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bridge", "bridge --in DEV --out DEV [--voice dsp] [--pitch N] [--formant N]", stderr)
+	o := bridgeOptions{readout: stderr}
+	fs.StringVar(&o.backend, "backend", "", "audio backend (alsa, pulse, jack, wasapi, coreaudio, null)")
+	fs.StringVar(&o.in, "in", "", "input device: number or part of the name from 'voxpipe devices' (default device if empty)")
+	fs.StringVar(&o.out, "out", "", "output device, e.g. a virtual cable that OBS captures (default device if empty)")
+	fs.StringVar(&o.voice, "voice", "dsp", "voice")
+	fs.Float64Var(&o.pitch, "pitch", 0, "pitch shift in semitones (dsp voice)")
+	fs.Float64Var(&o.formant, "formant", 0, "formant shift in semitones (dsp voice)")
+	fs.IntVar(&o.rate, "rate", 0, "device sample rate in Hz (0: the device's own)")
+	fs.DurationVar(&o.period, "period", 10*time.Millisecond, "device period (smaller: lower latency, more risk of glitches)")
+	duration := fs.Duration("duration", 0, "stop after this long (0: run until Ctrl-C)")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	rep, err := bridge(ctx, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nbridge stopped: %.1f s at %d Hz, %d late chunks, %d drops, %d underflows\n",
+		float64(rep.frames)/float64(rep.rate), rep.rate, rep.stats.LateChunks, rep.stats.DroppedChunks, rep.stats.Underflows)
+	return nil
+}
+
+// bridge runs input device → session → output device until ctx ends.
+func bridge(ctx context.Context, o bridgeOptions) (*bridgeReport, error) {
+	actx, err := audioContext(o.backend)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = actx.Uninit(); actx.Free() }()
+	inDev, err := findDevice(actx, malgo.Capture, o.in)
+	if err != nil {
+		return nil, fmt.Errorf("input: %w", err)
+	}
+	outDev, err := findDevice(actx, malgo.Playback, o.out)
+	if err != nil {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	proc, err := stream.NewRegistry().New(o.voice)
+	if err != nil {
+		return nil, err
+	}
+	if err := applyVoiceParams(proc, o.pitch, o.formant); err != nil {
+		return nil, err
+	}
+
+	cfg := malgo.DefaultDeviceConfig(malgo.Duplex)
+	cfg.Capture.Format, cfg.Capture.Channels = malgo.FormatF32, 1
+	cfg.Playback.Format, cfg.Playback.Channels = malgo.FormatF32, 1
+	if inDev != nil {
+		cfg.Capture.DeviceID = inDev.ID.Pointer()
+	}
+	if outDev != nil {
+		cfg.Playback.DeviceID = outDev.ID.Pointer()
+	}
+	cfg.SampleRate = uint32(o.rate)
+	cfg.PeriodSizeInMilliseconds = uint32(max(o.period.Milliseconds(), 1))
+	cfg.PerformanceProfile = malgo.LowLatency
+
+	var (
+		mu     sync.Mutex
+		sess   *stream.Session
+		frames int64
+		work   time.Duration
+		perr   error
+	)
+	data := func(out, in []byte, n uint32) {
+		// Runs on the audio thread: no allocation, no blocking beyond the session lock.
+		src := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(in))), int(n))
+		dst := unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(out))), int(n))
+		t0 := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if sess == nil {
+			clear(dst)
+			return
+		}
+		if err := sess.Push(src, t0); err != nil && perr == nil {
+			perr = err
+		}
+		sess.Pull(dst, t0)
+		frames += int64(n)
+		work += time.Since(t0)
+	}
+	dev, err := malgo.InitDevice(actx.Context, cfg, malgo.DeviceCallbacks{Data: data})
+	if err != nil {
+		return nil, fmt.Errorf("open devices: %w", err)
+	}
+	defer dev.Uninit()
+	rate := int(dev.SampleRate())
+	s, err := stream.NewSession(stream.Config{IORate: rate}, o.voice, proc)
+	if err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	sess = s
+	mu.Unlock()
+	if err := dev.Start(); err != nil {
+		return nil, fmt.Errorf("start devices: %w", err)
+	}
+	alg := s.AlgorithmicLatency() + 2*o.period
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	var lastWork time.Duration
+	var lastFrames int64
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-tick.C:
+		}
+		mu.Lock()
+		st, f, w, err := s.Stats(), frames, work, perr
+		mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if o.readout != nil {
+			load := 0.0
+			if df := f - lastFrames; df > 0 {
+				load = float64(w-lastWork) / (float64(df) / float64(rate) * float64(time.Second))
+			}
+			fmt.Fprintf(o.readout, "\r%d Hz | latency %5.1f ms (algorithmic %.0f ms + device periods) | load %5.1f%% | late %d | dropped %d ",
+				rate, float64(st.Latency.Microseconds())/1000+float64(2*o.period.Microseconds())/1000, float64(alg.Microseconds())/1000,
+				100*load, st.LateChunks, st.DroppedChunks)
+		}
+		lastWork, lastFrames = w, f
+	}
+	if err := dev.Stop(); err != nil {
+		return nil, errors.Join(errors.New("stop devices"), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return &bridgeReport{rate: rate, frames: frames, stats: s.Stats(), algorithm: alg}, nil
+}

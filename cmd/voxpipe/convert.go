@@ -1,0 +1,139 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/stream"
+)
+
+func runConvert(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("convert", "convert IN.wav OUT.wav [--voice dsp] [--pitch N] [--formant N]", stderr)
+	voice := fs.String("voice", "dsp", "voice to convert to")
+	pitch := fs.Float64("pitch", 0, "pitch shift in semitones (dsp voice, −12…12)")
+	formant := fs.Float64("formant", 0, "formant shift in semitones (dsp voice, −6…6)")
+	quiet := fs.Bool("quiet", false, "no progress output")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return errors.New("need IN.wav and OUT.wav")
+	}
+	in, err := wav.ReadFile(pos[0])
+	if err != nil {
+		return err
+	}
+	proc, err := stream.NewRegistry().New(*voice)
+	if err != nil {
+		return err
+	}
+	if err := applyVoiceParams(proc, *pitch, *formant); err != nil {
+		return err
+	}
+	var progress func(done, total int)
+	if !*quiet && isTerminal(stderr) {
+		progress = progressBar(stderr, in.SampleRate)
+	}
+	start := time.Now()
+	out, err := convertSamples(in.Mono(), in.SampleRate, *voice, proc, progress)
+	if err != nil {
+		return err
+	}
+	if err := wav.WriteFile(pos[1], out, in.SampleRate, 1); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	secs := float64(len(out)) / float64(in.SampleRate)
+	if !*quiet {
+		fmt.Fprintf(stdout, "converted %.1f s of audio in %.2f s (%.0f× realtime) → %s\n", secs, took.Seconds(), secs/max(took.Seconds(), 1e-9), pos[1])
+	}
+	return nil
+}
+
+// applyVoiceParams sets the dsp voice's pitch and formant; other voices take none.
+func applyVoiceParams(proc stream.Processor, pitch, formant float64) error {
+	t, ok := proc.(stream.Tunable)
+	if !ok {
+		if pitch != 0 || formant != 0 {
+			return errors.New("--pitch and --formant apply to the dsp voice only")
+		}
+		return nil
+	}
+	return t.SetParams(map[string]float64{"pitch_semitones": pitch, "formant_shift": formant})
+}
+
+// convertSamples runs mono audio through a processor with the live session code and returns
+// output aligned with the input (latency removed) and of the same length.
+func convertSamples(x []float32, rate int, name string, proc stream.Processor, progress func(done, total int)) ([]float32, error) {
+	sess, err := stream.NewSession(stream.Config{IORate: rate, MaxQueue: time.Hour}, name, proc)
+	if err != nil {
+		return nil, err
+	}
+	skip := sess.LatencyIO()
+	out := make([]float32, 0, len(x)+skip+rate)
+	buf := make([]float32, rate)
+	pull := func() {
+		for sess.Queued() > 0 {
+			n := sess.Pull(buf[:min(len(buf), sess.Queued())], time.Now())
+			out = append(out, buf[:n]...)
+		}
+	}
+	block := rate / 50 // 20 ms, as live audio arrives
+	for i := 0; i < len(x); i += block {
+		if err := sess.Push(x[i:min(i+block, len(x))], time.Now()); err != nil {
+			return nil, err
+		}
+		pull()
+		if progress != nil && (i/block)%250 == 0 {
+			progress(i, len(x))
+		}
+	}
+	if err := sess.Drain(); err != nil {
+		return nil, err
+	}
+	pull()
+	if progress != nil {
+		progress(len(x), len(x))
+	}
+	out = out[min(skip, len(out)):]
+	if len(out) < len(x) {
+		out = append(out, make([]float32, len(x)-len(out))...)
+	}
+	return out[:len(x)], nil
+}
+
+// progressBar draws a one-line bar on a terminal.
+func progressBar(w io.Writer, rate int) func(done, total int) {
+	start := time.Now()
+	return func(done, total int) {
+		const width = 30
+		frac := float64(done) / float64(max(total, 1))
+		bar := make([]byte, width)
+		for i := range bar {
+			bar[i] = ' '
+			if float64(i) < frac*width {
+				bar[i] = '#'
+			}
+		}
+		speed := float64(done) / float64(rate) / max(time.Since(start).Seconds(), 1e-9)
+		fmt.Fprintf(w, "\r[%s] %3.0f%%  %.1f/%.1f s  %.0f× realtime", bar, frac*100, float64(done)/float64(rate), float64(total)/float64(rate), speed)
+		if done >= total {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

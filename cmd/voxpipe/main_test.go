@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/voxpipe/voxpipe/dsp"
+	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/rtc"
+)
+
+const fixture = "../../testdata/speech_en_48k.wav"
+
+func runCmd(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+func TestConvertShiftsPitchAndKeepsLength(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out.wav")
+	stdout, stderr, code := runCmd(t, "convert", fixture, out, "--voice", "dsp", "--pitch", "4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "converted") {
+		t.Errorf("no summary line: %q", stdout)
+	}
+	in, err := wav.ReadFile(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := wav.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.SampleRate != in.SampleRate || len(got.Mono()) != len(in.Mono()) {
+		t.Fatalf("output %d Hz × %d samples, input %d Hz × %d", got.SampleRate, len(got.Mono()), in.SampleRate, len(in.Mono()))
+	}
+	f0in, f0out := dsp.MedianF0(in.Mono(), in.SampleRate), dsp.MedianF0(got.Mono(), got.SampleRate)
+	shift := 12 * math.Log2(f0out/f0in)
+	t.Logf("F0 %.1f → %.1f Hz (%+.2f st)", f0in, f0out, shift)
+	if math.Abs(shift-4) > 0.3 {
+		t.Errorf("shift %+.2f semitones, want +4 ± 0.3", shift)
+	}
+}
+
+func TestConvertAnyRateAndChannels(t *testing.T) {
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in.wav"), filepath.Join(dir, "out.wav")
+	// 1.5 s of a stereo 44.1 kHz tone, identical channels.
+	const rate = 44100
+	n := rate * 3 / 2
+	st := make([]float32, 2*n)
+	for i := 0; i < n; i++ {
+		v := float32(0.3 * math.Sin(2*math.Pi*200*float64(i)/rate))
+		st[2*i], st[2*i+1] = v, v
+	}
+	if err := wav.WriteFile(in, st, rate, 2); err != nil {
+		t.Fatal(err)
+	}
+	// Pitch 0: the output must be the input, aligned (latency removed), up to resampling.
+	if _, stderr, code := runCmd(t, "convert", in, out, "--quiet"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got, err := wav.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.SampleRate != rate || got.Channels != 1 || len(got.Data) != n {
+		t.Fatalf("got %d Hz, %d ch, %d samples; want %d Hz mono %d", got.SampleRate, got.Channels, len(got.Data), rate, n)
+	}
+	var maxErr float64
+	for i := rate / 10; i < n-rate/10; i++ {
+		maxErr = max(maxErr, math.Abs(float64(got.Data[i]-st[2*i])))
+	}
+	if maxErr > 0.01 {
+		t.Errorf("passthrough conversion differs from the input by up to %.4f: not aligned", maxErr)
+	}
+}
+
+func TestConvertErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.wav")
+	if err := os.WriteFile(bad, []byte("RIFF....WAVEjunk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"convert", "missing.wav", filepath.Join(dir, "o.wav")},
+		{"convert", bad, filepath.Join(dir, "o.wav")},
+		{"convert", fixture},
+		{"convert", fixture, filepath.Join(dir, "o.wav"), "--voice", "nope"},
+		{"convert", fixture, filepath.Join(dir, "o.wav"), "--pitch", "40"},
+	} {
+		_, stderr, code := runCmd(t, args...)
+		if code == 0 || !strings.Contains(stderr, "voxpipe convert:") {
+			t.Errorf("%v: exit %d, stderr %q: want a clear error", args, code, stderr)
+		}
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	if _, stderr, code := runCmd(t, "frobnicate"); code != 2 || !strings.Contains(stderr, "unknown command") {
+		t.Fatalf("exit %d, %q", code, stderr)
+	}
+	if stdout, _, code := runCmd(t, "help"); code != 0 || !strings.Contains(stdout, "bridge") {
+		t.Fatalf("help: exit %d, %q", code, stdout)
+	}
+}
+
+func TestDevicesAndBridgeOnTheNullBackend(t *testing.T) {
+	stdout, stderr, code := runCmd(t, "devices", "--backend", "null")
+	if code != 0 || !strings.Contains(stdout, "Inputs:") || !strings.Contains(stdout, "Outputs:") {
+		t.Fatalf("devices: exit %d, %q %q", code, stdout, stderr)
+	}
+	var readout bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	rep, err := bridge(ctx, bridgeOptions{backend: "null", voice: "dsp", pitch: 4, rate: 44100, period: 10 * time.Millisecond, readout: &readout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs := float64(rep.frames) / float64(rep.rate)
+	t.Logf("bridge ran %.2f s at %d Hz; readout %q", secs, rep.rate, lastLine(readout.String()))
+	if rep.rate != 44100 || secs < 0.5 {
+		t.Fatalf("bridge processed %.2f s at %d Hz", secs, rep.rate)
+	}
+	if !strings.Contains(readout.String(), "latency") || !strings.Contains(readout.String(), "load") {
+		t.Fatalf("no live readout: %q", readout.String())
+	}
+	if _, err := bridge(context.Background(), bridgeOptions{backend: "null", in: "no such device"}); err == nil {
+		t.Fatal("unknown device accepted")
+	}
+}
+
+func lastLine(s string) string {
+	parts := strings.Split(s, "\r")
+	return parts[len(parts)-1]
+}
+
+func TestBenchLoopbackReportsFigures(t *testing.T) {
+	srv, err := rtc.NewServer(rtc.Config{Loopback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/rtc", srv)
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	defer srv.Close()
+	res, err := benchLoopback(loopbackOptions{voice: "dsp", pitch: 4, sessions: 2, seconds: 3, server: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.ClicksFound < res.ClicksSent*8/10 {
+		t.Errorf("found %d of %d clicks", res.ClicksFound, res.ClicksSent)
+	}
+	if res.LatencyP50 < 20 || res.LatencyP50 > 400 || res.LatencyP95 < res.LatencyP50 {
+		t.Errorf("implausible latency p50 %.1f ms p95 %.1f ms", res.LatencyP50, res.LatencyP95)
+	}
+	if res.Chunks == 0 {
+		t.Error("no chunk counts from the server's stats")
+	}
+}

@@ -1,0 +1,513 @@
+package rtc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/pion/webrtc/v4"
+	"github.com/pion/webrtc/v4/pkg/media"
+	"gopkg.in/hraban/opus.v2"
+
+	"github.com/voxpipe/voxpipe/buffers"
+	"github.com/voxpipe/voxpipe/stream"
+)
+
+// peer is one signaling socket, its peer connection and its media loop.
+type peer struct {
+	srv  *Server
+	id   string
+	conn *websocket.Conn
+	log  *slog.Logger
+
+	writeMu sync.Mutex // serialises socket writes (signaling goroutine, Pion callbacks, media loop)
+
+	// mu guards the processing state shared by the signaling goroutine (voice changes) and
+	// the media loop.
+	mu          sync.Mutex
+	sess        *stream.Session
+	voiceName   string
+	voice       stream.Processor // the selected voice, kept while passthrough stands in for it
+	passthrough bool
+
+	jbMu sync.Mutex
+	jb   *buffers.JitterBuffer
+
+	pc     *webrtc.PeerConnection
+	track  *webrtc.TrackLocalStaticSample
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // goroutines this peer started
+	media  sync.Once
+
+	fecTotal, plcTotal int // recovery counters, touched only by the media loop
+}
+
+func newPeer(s *Server, id string, conn *websocket.Conn, log *slog.Logger) *peer {
+	return &peer{srv: s, id: id, conn: conn, log: log, jb: buffers.NewJitterBuffer(s.cfg.Jitter)}
+}
+
+// run serves the socket until it closes or ctx ends, then tears everything down.
+func (p *peer) run(ctx context.Context) {
+	ctx, p.cancel = context.WithCancel(ctx)
+	defer p.shutdown()
+	proc, err := p.srv.cfg.Voices.New(p.srv.cfg.DefaultVoice)
+	if err == nil {
+		p.sess, err = stream.NewSession(stream.Config{IORate: opusRate, MaxQueue: p.srv.cfg.MaxQueue}, p.srv.cfg.DefaultVoice, proc)
+	}
+	if err != nil {
+		p.sendError(CodeInternal, fmt.Sprintf("default voice: %v", err), true)
+		return
+	}
+	p.voiceName, p.voice = p.srv.cfg.DefaultVoice, proc
+
+	p.conn.SetReadLimit(p.srv.cfg.MaxMessage)
+	go func() { // unblock the reader when the server or the peer ends the session
+		<-ctx.Done()
+		p.conn.SetReadDeadline(time.Now())
+	}()
+	for {
+		kind, data, err := p.conn.ReadMessage()
+		if err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				p.closeSocket(websocket.CloseMessageTooBig, fmt.Sprintf("message over %d bytes", p.srv.cfg.MaxMessage))
+			}
+			return
+		}
+		if kind != websocket.TextMessage {
+			p.sendError(CodeBadMessage, "binary messages are not part of the protocol; send JSON text", false)
+			continue
+		}
+		m, code, err := decodeMessage(data)
+		if err != nil {
+			p.sendError(code, err.Error(), false)
+			continue
+		}
+		if fatal := p.handle(ctx, m); fatal {
+			return
+		}
+	}
+}
+
+// handle acts on one client message; it returns true when the session must end.
+func (p *peer) handle(ctx context.Context, m Message) bool {
+	switch m.Type {
+	case "offer":
+		if p.pc != nil {
+			p.sendError(CodeDuplicateOffer, "this socket already negotiated; open a new one to renegotiate", false)
+			return false
+		}
+		if code, err := checkOffer(m.SDP); err != nil {
+			p.sendError(code, err.Error(), false)
+			return false
+		}
+		if err := p.answer(ctx, m.SDP); err != nil {
+			p.sendError(CodeInternal, fmt.Sprintf("negotiation failed: %v", err), true)
+			return true
+		}
+		p.sendReady()
+	case "candidate":
+		if m.Candidate == nil || m.Candidate.Candidate == "" {
+			return false // end of candidates
+		}
+		if p.pc == nil {
+			p.sendError(CodeBadCandidate, "candidate before offer: send the offer first", false)
+			return false
+		}
+		if err := p.pc.AddICECandidate(*m.Candidate); err != nil {
+			p.sendError(CodeBadCandidate, fmt.Sprintf("cannot add candidate: %v", err), false)
+		}
+	case "session":
+		if code, err := p.configure(m); err != nil {
+			p.sendError(code, err.Error(), false)
+			return false
+		}
+		if p.pc != nil {
+			p.sendReady()
+		}
+	case "ping":
+		p.send(Message{Type: "pong"})
+	default:
+		p.sendError(CodeBadMessage, fmt.Sprintf("unknown message type %q", m.Type), false)
+	}
+	return false
+}
+
+// configure applies a session message: voice, params and passthrough.
+func (p *peer) configure(m Message) (string, error) {
+	if m.Mode != "" && m.Mode != "vc" {
+		return CodeBadMessage, fmt.Errorf("mode %q is not served on this socket (use \"vc\")", m.Mode)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	voice, name := p.voice, p.voiceName
+	if m.Voice != "" && m.Voice != p.voiceName {
+		v, err := p.srv.cfg.Voices.New(m.Voice)
+		if err != nil {
+			if errors.Is(err, stream.ErrUnknownVoice) {
+				return CodeUnknownVoice, err
+			}
+			return CodeInternal, err
+		}
+		voice, name = v, m.Voice
+	}
+	if len(m.Params) > 0 {
+		t, ok := voice.(stream.Tunable)
+		if !ok {
+			return CodeBadParams, fmt.Errorf("voice %q takes no parameters", name)
+		}
+		if err := t.SetParams(m.Params); err != nil {
+			return CodeBadParams, err
+		}
+	}
+	passthrough := p.passthrough
+	if m.Passthrough != nil {
+		passthrough = *m.Passthrough
+	}
+	if voice == p.voice && passthrough == p.passthrough {
+		return "", nil
+	}
+	next, nextName := voice, name
+	if passthrough {
+		i := voice.Info()
+		next, nextName = stream.NewDelay(i.SampleRate, i.ChunkSize, i.Latency), "passthrough"
+	}
+	if err := p.sess.Swap(nextName, next); err != nil {
+		return CodeInternal, err
+	}
+	p.voice, p.voiceName, p.passthrough = voice, name, passthrough
+	return "", nil
+}
+
+// answer negotiates the peer connection for an offer and sends the answer.
+func (p *peer) answer(ctx context.Context, offer string) error {
+	pc, err := p.srv.api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		return err
+	}
+	p.pc = pc
+	pc.OnICECandidate(func(c *webrtc.ICECandidate) {
+		if c == nil {
+			return
+		}
+		init := c.ToJSON()
+		p.send(Message{Type: "candidate", Candidate: &init})
+	})
+	pc.OnConnectionStateChange(func(st webrtc.PeerConnectionState) {
+		p.log.Debug("peer connection", "state", st.String())
+		if st == webrtc.PeerConnectionStateFailed || st == webrtc.PeerConnectionStateClosed {
+			p.cancel()
+		}
+	})
+	pc.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
+		if tr.Kind() != webrtc.RTPCodecTypeAudio {
+			return
+		}
+		p.media.Do(func() {
+			p.wg.Add(1)
+			go func() { defer p.wg.Done(); p.readRTP(tr) }()
+		})
+	})
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
+		return fmt.Errorf("set offer: %w", err)
+	}
+	p.track, err = webrtc.NewTrackLocalStaticSample(opusCapability, "audio", "voxpipe-"+p.id)
+	if err != nil {
+		return err
+	}
+	sender, err := pc.AddTrack(p.track)
+	if err != nil {
+		return fmt.Errorf("add track: %w", err)
+	}
+	p.wg.Add(2)
+	go func() { // drain RTCP so the interceptors see receiver reports
+		defer p.wg.Done()
+		buf := make([]byte, 1500)
+		for {
+			if _, _, err := sender.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	go func() { defer p.wg.Done(); p.mediaLoop(ctx) }()
+	ans, err := pc.CreateAnswer(nil)
+	if err != nil {
+		return fmt.Errorf("create answer: %w", err)
+	}
+	if err := pc.SetLocalDescription(ans); err != nil {
+		return fmt.Errorf("set answer: %w", err)
+	}
+	p.send(Message{Type: "answer", SDP: pc.LocalDescription().SDP})
+	return nil
+}
+
+// readRTP moves packets from the remote track into the jitter buffer.
+func (p *peer) readRTP(tr *webrtc.TrackRemote) {
+	for {
+		pkt, _, err := tr.ReadRTP()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				p.log.Debug("rtp read ended", "err", err)
+			}
+			return
+		}
+		if len(pkt.Payload) == 0 {
+			continue
+		}
+		now := time.Now()
+		p.jbMu.Lock()
+		p.jb.Push(pkt.SequenceNumber, pkt.Timestamp, opusRate, pkt.Payload, now)
+		p.jbMu.Unlock()
+	}
+}
+
+func (p *peer) sendReady() {
+	p.mu.Lock()
+	info, voice := p.sess.Info(), p.voiceName
+	alg := p.sess.AlgorithmicLatency() + p.srv.cfg.Jitter.Target
+	if p.srv.cfg.Jitter.Target == 0 {
+		alg += 40 * time.Millisecond
+	}
+	p.mu.Unlock()
+	p.send(Message{Type: "ready", SessionID: p.id, Voice: voice, SampleRate: info.SampleRate,
+		AlgorithmicLatency: float64(alg.Microseconds()) / 1000})
+}
+
+func (p *peer) sendError(code, msg string, fatal bool) {
+	p.log.Info("client error", "code", code, "message", msg)
+	p.send(Message{Type: "error", Code: code, Message: msg, Fatal: fatal})
+}
+
+// send writes one JSON message; failures mean the socket is going away, which the reader sees.
+func (p *peer) send(v any) {
+	p.writeMu.Lock()
+	defer p.writeMu.Unlock()
+	p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_ = p.conn.WriteJSON(v)
+}
+
+func (p *peer) closeSocket(code int, reason string) {
+	p.writeMu.Lock()
+	defer p.writeMu.Unlock()
+	_ = p.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+}
+
+// shutdown stops every goroutine of the peer and releases the connection.
+func (p *peer) shutdown() {
+	p.cancel()
+	if p.pc != nil {
+		if err := p.pc.Close(); err != nil {
+			p.log.Debug("peer connection close", "err", err)
+		}
+	}
+	p.wg.Wait()
+	p.closeSocket(websocket.CloseNormalClosure, "session ended")
+	p.conn.Close()
+}
+
+// mediaFrame is the scratch of the media loop, allocated once per session.
+type mediaFrame struct {
+	dec     *opus.Decoder
+	enc     *opus.Encoder
+	in      []float32
+	merge   []float32
+	out     []float32
+	packet  []byte
+	decoded bool // the decoder has seen a packet
+	plcRun  int  // consecutive concealed frames
+}
+
+// mediaLoop runs the 20 ms clock: jitter buffer → decode → session → encode → send.
+func (p *peer) mediaLoop(ctx context.Context) {
+	dec, err := opus.NewDecoder(opusRate, 1)
+	if err == nil {
+		var enc *opus.Encoder
+		if enc, err = newEncoder(p.srv.cfg.Encoder); err == nil {
+			p.runClock(ctx, &mediaFrame{dec: dec, enc: enc,
+				in: make([]float32, opusRate*maxFrameMs/1000), merge: make([]float32, opusRate*maxFrameMs/1000),
+				out: make([]float32, frameSize), packet: make([]byte, maxPacket)})
+			return
+		}
+	}
+	p.sendError(CodeInternal, err.Error(), true)
+	p.cancel()
+}
+
+func (p *peer) runClock(ctx context.Context, f *mediaFrame) {
+	const frame = frameMs * time.Millisecond
+	tick := time.NewTicker(frame)
+	defer tick.Stop()
+	start := time.Now()
+	var sent int64
+	var acc statsAccumulator
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			due := int64(now.Sub(start)/frame) + 1
+			if due-sent > 10 { // the process stalled: don't burst, resume the clock
+				sent = due - 1
+			}
+			for ; sent < due; sent++ {
+				p.frame(f, &acc, time.Now())
+			}
+			if acc.frames >= 1000/frameMs {
+				p.send(p.stats(&acc))
+				acc = statsAccumulator{}
+			}
+		}
+	}
+}
+
+// statsAccumulator sums per-frame timings between two stats messages.
+type statsAccumulator struct {
+	frames                              int
+	jitter, decode, encode              time.Duration
+	latency                             time.Duration
+	latencyN                            int
+	resample0, process0                 time.Duration
+	haveBase                            bool
+	fecRecovered, plcFrames, concealRun int
+}
+
+func (p *peer) frame(f *mediaFrame, acc *statsAccumulator, now time.Time) {
+	p.jbMu.Lock()
+	fr := p.jb.Pop(now)
+	// Payloads point into the jitter buffer: decode them before it is touched again.
+	t0 := time.Now()
+	n, arrival := 0, now
+	switch fr.Kind {
+	case buffers.Packet:
+		n = p.decode(f, fr.Payload, f.in)
+		arrival = now.Add(-fr.Wait)
+		acc.jitter += fr.Wait
+		if fr.Merge != nil && n > 0 {
+			// The buffer shed a frame: play both in one frame time, crossfaded.
+			if m := p.decode(f, fr.Merge, f.merge); m == n {
+				for i := 0; i < n; i++ {
+					w := float32(i) / float32(n)
+					f.in[i] = f.in[i]*(1-w) + f.merge[i]*w
+				}
+			}
+		}
+	case buffers.Lost:
+		if f.decoded {
+			n = frameSize
+			if fr.Next != nil && f.dec.DecodeFECFloat32(fr.Next, f.in[:n]) == nil {
+				acc.fecRecovered++
+			} else if f.dec.DecodePLCFloat32(f.in[:n]) == nil {
+				acc.plcFrames++
+			} else {
+				clear(f.in[:n])
+			}
+		}
+	case buffers.Empty:
+		if f.decoded {
+			// Underflow: conceal briefly, then feed silence so the voice's tail plays out.
+			n = frameSize
+			if f.plcRun < 3 && f.dec.DecodePLCFloat32(f.in[:n]) == nil {
+				acc.plcFrames++
+			} else {
+				clear(f.in[:n])
+			}
+			f.plcRun++
+		}
+	}
+	if fr.Kind == buffers.Packet {
+		f.plcRun = 0
+	}
+	p.jbMu.Unlock()
+	acc.decode += time.Since(t0)
+
+	p.mu.Lock()
+	if !acc.haveBase {
+		st := p.sess.Stats()
+		acc.resample0, acc.process0, acc.haveBase = st.Resample, st.Process, true
+	}
+	if n > 0 {
+		if err := p.sess.Push(f.in[:n], arrival); err != nil {
+			p.log.Warn("processing failed", "err", err)
+		}
+	}
+	p.sess.NoteQueueAge(now)
+	got := p.sess.Pull(f.out, now)
+	if got > 0 {
+		acc.latency += p.sess.Stats().Latency
+		acc.latencyN++
+	}
+	p.mu.Unlock()
+
+	t1 := time.Now()
+	size, err := f.enc.EncodeFloat32(f.out, f.packet)
+	acc.encode += time.Since(t1)
+	acc.frames++
+	if err != nil {
+		p.log.Warn("opus encode failed", "err", err)
+		return
+	}
+	if err := p.track.WriteSample(media.Sample{Data: f.packet[:size], Duration: frameMs * time.Millisecond}); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+		p.log.Debug("write sample", "err", err)
+	}
+}
+
+// decode decodes one packet into dst and returns the sample count (0 on a corrupt packet).
+func (p *peer) decode(f *mediaFrame, payload []byte, dst []float32) int {
+	n, err := f.dec.DecodeFloat32(payload, dst)
+	if err != nil {
+		p.log.Debug("opus decode failed", "err", err)
+		return 0
+	}
+	f.decoded = true
+	return n
+}
+
+func ms(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / 1000 / float64(n)
+}
+
+// stats builds the once-a-second report.
+func (p *peer) stats(acc *statsAccumulator) StatsMessage {
+	p.jbMu.Lock()
+	js := p.jb.Stats()
+	p.jbMu.Unlock()
+	p.mu.Lock()
+	st := p.sess.Stats()
+	alg := p.sess.AlgorithmicLatency()
+	voice, pass := p.voiceName, p.passthrough
+	p.mu.Unlock()
+	p.fecTotal += acc.fecRecovered
+	p.plcTotal += acc.plcFrames
+	load := 0.0
+	if audio := time.Duration(acc.frames) * frameMs * time.Millisecond; audio > 0 {
+		load = float64(st.Process-acc.process0) / float64(audio)
+	}
+	lat := ms(acc.latency, acc.latencyN)
+	if lat > 0 {
+		lat += ms(acc.encode, acc.frames)
+	}
+	return StatsMessage{
+		Type: "stats", SessionID: p.id, Voice: voice, Passthrough: pass,
+		Timings: StageTimings{
+			Jitter: ms(acc.jitter, acc.frames), Decode: ms(acc.decode, acc.frames),
+			Resample: ms(st.Resample-acc.resample0, acc.frames), Process: ms(st.Process-acc.process0, acc.frames),
+			Encode: ms(acc.encode, acc.frames),
+		},
+		Queue:         QueueStats{DepthMs: ms(st.QueueDepth, 1), AgeMs: ms(st.QueueAge, 1)},
+		Chunks:        st.Chunks,
+		LateChunks:    st.LateChunks,
+		DroppedChunks: st.DroppedChunks + js.Shed,
+		DroppedMs:     ms(st.Dropped, 1) + float64(js.Shed*frameMs),
+		Packets: PacketStats{Received: js.Received, Lost: js.Lost, Late: js.Late, FECRecovered: p.fecTotal,
+			PLCFrames: p.plcTotal, Underflows: js.Underflows, Shed: js.Shed},
+		Latency: LatencyStats{Server: lat, Algorithmic: ms(alg, 1), Jitter: ms(js.Target, 1)},
+		Load:    load,
+	}
+}

@@ -1,0 +1,139 @@
+package rtc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/pion/interceptor"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/voxpipe/voxpipe/buffers"
+	"github.com/voxpipe/voxpipe/stream"
+)
+
+// Config sets up a Server. Zero fields take the defaults.
+type Config struct {
+	Voices       *stream.Registry // default: stream.NewRegistry()
+	DefaultVoice string           // default "dsp"
+	Jitter       buffers.JitterConfig
+	Encoder      EncoderConfig
+	MaxMessage   int64         // bytes; default 256 KiB
+	MaxQueue     time.Duration // stale-audio bound of a session's output queue
+	// ICE: include loopback candidates (for same-host clients and tests); public IPs to
+	// advertise when behind 1:1 NAT; a single UDP port for all sessions (0: one per session).
+	Loopback  bool
+	PublicIPs []string
+	UDPPort   int
+	Logger    *slog.Logger
+	// OnSession, if set, is told about every session that starts and ends (for metrics).
+	OnSession func(id string, started bool)
+}
+
+// Server answers WebSocket signaling at /v1/rtc and runs one peer per socket.
+type Server struct {
+	cfg      Config
+	api      *webrtc.API
+	upgrader websocket.Upgrader
+	udpMux   interface{ Close() error }
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	nextID atomic.Uint64
+	active atomic.Int64
+}
+
+// NewServer builds the WebRTC API (Opus only, default interceptors) and the server.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Voices == nil {
+		cfg.Voices = stream.NewRegistry()
+	}
+	if cfg.DefaultVoice == "" {
+		cfg.DefaultVoice = "dsp"
+	}
+	if cfg.MaxMessage <= 0 {
+		cfg.MaxMessage = 256 << 10
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	me := &webrtc.MediaEngine{}
+	if err := me.RegisterCodec(webrtc.RTPCodecParameters{RTPCodecCapability: opusCapability, PayloadType: 111}, webrtc.RTPCodecTypeAudio); err != nil {
+		return nil, fmt.Errorf("rtc: register opus: %w", err)
+	}
+	ir := &interceptor.Registry{}
+	if err := webrtc.RegisterDefaultInterceptors(me, ir); err != nil {
+		return nil, fmt.Errorf("rtc: interceptors: %w", err)
+	}
+	se := webrtc.SettingEngine{}
+	se.SetIncludeLoopbackCandidate(cfg.Loopback)
+	se.SetICETimeouts(5*time.Second, 10*time.Second, 2*time.Second)
+	if len(cfg.PublicIPs) > 0 {
+		se.SetNAT1To1IPs(cfg.PublicIPs, webrtc.ICECandidateTypeHost)
+	}
+	s := &Server{cfg: cfg}
+	if cfg.UDPPort > 0 {
+		conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: cfg.UDPPort})
+		if err != nil {
+			return nil, fmt.Errorf("rtc: UDP port %d: %w", cfg.UDPPort, err)
+		}
+		mux := webrtc.NewICEUDPMux(nil, conn)
+		se.SetICEUDPMux(mux)
+		s.udpMux = mux
+	}
+	s.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(ir), webrtc.WithSettingEngine(se))
+	s.upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+var opusCapability = webrtc.RTPCodecCapability{
+	MimeType: webrtc.MimeTypeOpus, ClockRate: opusRate, Channels: 2,
+	SDPFmtpLine: "minptime=10;useinbandfec=1",
+}
+
+// ServeHTTP upgrades the request to a WebSocket and runs the session until it ends.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.ctx.Err() != nil {
+		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	conn, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader already answered with an HTTP error
+	}
+	s.wg.Add(1)
+	defer s.wg.Done()
+	id := fmt.Sprintf("s%06d", s.nextID.Add(1))
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	if s.cfg.OnSession != nil {
+		s.cfg.OnSession(id, true)
+		defer s.cfg.OnSession(id, false)
+	}
+	log := s.cfg.Logger.With("session", id, "remote", r.RemoteAddr)
+	log.Info("session started")
+	p := newPeer(s, id, conn, log)
+	p.run(s.ctx)
+	log.Info("session ended")
+}
+
+// Active is the number of sessions now running.
+func (s *Server) Active() int { return int(s.active.Load()) }
+
+// Close ends every session and waits for them.
+func (s *Server) Close() error {
+	s.cancel()
+	s.wg.Wait()
+	if s.udpMux != nil {
+		return s.udpMux.Close()
+	}
+	return nil
+}

@@ -1,0 +1,44 @@
+// Package stream runs streaming audio sessions: it feeds a Processor (a voice conversion
+// model, the embedded DSP voice) from a live or file source, resampling, chunking and
+// queueing as needed, and accounts for where every output sample came from.
+//
+// stream/ never imports a model package: models satisfy the interfaces here in plain
+// types, and cmd/ wires them together through a Registry.
+package stream
+
+import "errors"
+
+// ProcessorInfo describes a processor's fixed properties.
+type ProcessorInfo struct {
+	// SampleRate is the processor's native rate in Hz.
+	SampleRate int
+	// ChunkSize is the number of input samples Process takes at a time.
+	ChunkSize int
+	// Latency is the processor's algorithmic latency in samples at SampleRate: output sample
+	// k (counting from the first sample after a reset) corresponds to input sample k-Latency.
+	Latency int
+	// Overlap is the number of samples at the start of each output chunk that overlap the
+	// end of the previous chunk and are crossfaded with it by the session (0: contiguous).
+	Overlap int
+}
+
+// Processor transforms audio chunk by chunk. It is driven by one goroutine at a time.
+type Processor interface {
+	Info() ProcessorInfo
+	// Process consumes exactly Info().ChunkSize samples and appends its output to out.
+	// Without overlap, it appends as many samples as it consumed.
+	Process(out, in []float32) ([]float32, error)
+	// Flush appends whatever output is still held back (the last Latency samples).
+	Flush(out []float32) ([]float32, error)
+	// Reset returns the processor to its state after construction.
+	Reset()
+}
+
+// Tunable is implemented by processors whose parameters can change while streaming, without
+// clicks. Unknown parameter names are an error.
+type Tunable interface {
+	SetParams(params map[string]float64) error
+}
+
+// ErrUnknownVoice is returned (wrapped) by a Registry for a voice name it does not know.
+var ErrUnknownVoice = errors.New("unknown voice")

@@ -1,0 +1,442 @@
+package stream
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/voxpipe/voxpipe/buffers"
+	"github.com/voxpipe/voxpipe/dsp"
+)
+
+// Config sets up a Session. Zero fields take the defaults.
+type Config struct {
+	// IORate is the sample rate of the audio pushed in and pulled out (48 kHz for WebRTC).
+	IORate int
+	// MaxQueue bounds the processed audio waiting to be pulled, beyond one processor chunk;
+	// older audio is dropped with a crossfade (default 100 ms).
+	MaxQueue time.Duration
+	// Crossfade is the length of the crossfades at drops and processor swaps (default 5 ms).
+	Crossfade time.Duration
+}
+
+// Stats are a session's cumulative counters and timings.
+type Stats struct {
+	Voice         string
+	Chunks        int           // processor chunks run
+	LateChunks    int           // chunks whose compute took longer than their duration
+	DroppedChunks int           // stale-audio drops
+	Dropped       time.Duration // audio discarded by drops
+	Underflows    int           // pulls that found too little audio (after output began)
+	Resample      time.Duration // total compute time in the resamplers
+	Process       time.Duration // total compute time in the processor
+	Produced      time.Duration // processed audio produced
+	QueueDepth    time.Duration // processed audio waiting now
+	QueueAge      time.Duration // age of the oldest waiting sample at the last NoteQueueAge
+	// Latency is the most recent measured latency: from the time the input of the first
+	// pulled sample was pushed to the time it was pulled.
+	Latency time.Duration
+}
+
+// mark ties an input sample index to the time it was pushed.
+type mark struct {
+	index int64
+	at    time.Time
+}
+
+// shift maps produced output indices from `from` on to input indices: in = out + delta.
+type shift struct{ from, delta int64 }
+
+// Session feeds a Processor from a stream of audio at IORate: it resamples to the processor's
+// rate and back, cuts chunks, crossfades overlapping chunk outputs, keeps the output queue
+// within its age bound, and knows for every output sample which input sample it came from.
+// It is driven by one goroutine.
+type Session struct {
+	cfg   Config
+	name  string
+	proc  Processor
+	info  ProcessorInfo
+	up    *dsp.Resampler // IORate → processor rate; nil when equal
+	down  *dsp.Resampler // processor rate → IORate; nil when equal
+	xfade int            // crossfade length at IORate
+
+	pending   []float32 // input at the processor rate not yet processed
+	procOut   []float32 // scratch: one chunk's output at the processor rate
+	ioOut     []float32 // scratch: resampled output
+	upOut     []float32 // scratch: resampled input
+	tail      []float32 // held-back overlap of the previous chunk
+	skip      int       // processor output samples still to discard (warm-up after a swap)
+	fade      *fade     // the previous processor, while it fades out
+	fadeIn    int       // length of the fade-in after a flushing swap (processor rate)
+	fadeInPos int
+	out       *buffers.FIFO
+
+	pushed   int64 // input samples pushed (IORate)
+	produced int64 // output samples appended to out (IORate), including later-dropped ones
+	shifts   []shift
+	marks    [512]mark
+	markN    int
+	started  bool // output has begun (underflows count from here)
+
+	stats Stats
+}
+
+// NewSession builds a session around proc, registered under name.
+func NewSession(cfg Config, name string, proc Processor) (*Session, error) {
+	if cfg.IORate <= 0 {
+		return nil, fmt.Errorf("stream: session: IO rate %d Hz is not positive", cfg.IORate)
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = 100 * time.Millisecond
+	}
+	if cfg.Crossfade <= 0 {
+		cfg.Crossfade = 5 * time.Millisecond
+	}
+	s := &Session{cfg: cfg, out: buffers.NewFIFO(cfg.IORate), xfade: int(cfg.Crossfade.Seconds() * float64(cfg.IORate))}
+	if err := s.install(name, proc); err != nil {
+		return nil, err
+	}
+	s.shifts = []shift{{0, -s.latencyIO()}}
+	return s, nil
+}
+
+// install wires proc in with resamplers for its rate.
+func (s *Session) install(name string, proc Processor) error {
+	info := proc.Info()
+	if info.SampleRate <= 0 || info.ChunkSize <= 0 || info.Latency < 0 || info.Overlap < 0 {
+		return fmt.Errorf("stream: voice %q: invalid processor info %+v", name, info)
+	}
+	var up, down *dsp.Resampler
+	if info.SampleRate != s.cfg.IORate {
+		var err error
+		if up, err = dsp.NewResampler(s.cfg.IORate, info.SampleRate); err != nil {
+			return fmt.Errorf("stream: voice %q: %w", name, err)
+		}
+		if down, err = dsp.NewResampler(info.SampleRate, s.cfg.IORate); err != nil {
+			return fmt.Errorf("stream: voice %q: %w", name, err)
+		}
+	}
+	if s.proc != nil && info.SampleRate == s.info.SampleRate {
+		up, down = s.up, s.down // keep their history so the seam stays continuous
+	} else {
+		s.pending = s.pending[:0]
+	}
+	s.name, s.proc, s.info, s.up, s.down = name, proc, info, up, down
+	s.stats.Voice = name
+	s.tail = s.tail[:0]
+	s.procOut = growCap(s.procOut, info.ChunkSize+info.Overlap)
+	return nil
+}
+
+// latencyIO is the processor's latency in IORate samples.
+func (s *Session) latencyIO() int64 {
+	return int64(s.info.Latency) * int64(s.cfg.IORate) / int64(s.info.SampleRate)
+}
+
+// Info is the current processor's info.
+func (s *Session) Info() ProcessorInfo { return s.info }
+
+// Processor is the current processor.
+func (s *Session) Processor() Processor { return s.proc }
+
+// Voice is the name the current processor was installed under.
+func (s *Session) Voice() string { return s.name }
+
+// AlgorithmicLatency is the delay the processing path adds by design: processor latency,
+// chunking and resampler look-ahead.
+func (s *Session) AlgorithmicLatency() time.Duration {
+	sec := float64(s.info.Latency+s.info.ChunkSize) / float64(s.info.SampleRate)
+	if s.up != nil {
+		sec += float64(s.up.LookaheadInput()) / float64(s.cfg.IORate)
+		sec += float64(s.down.LookaheadInput()) / float64(s.info.SampleRate)
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// Push appends input audio that arrived at time at (the time of its first sample) and runs
+// every chunk that is complete.
+func (s *Session) Push(in []float32, at time.Time) error {
+	s.marks[s.markN%len(s.marks)] = mark{s.pushed, at}
+	s.markN++
+	s.pushed += int64(len(in))
+	src := in
+	if s.up != nil {
+		t0 := time.Now()
+		s.upOut = s.up.Process(s.upOut[:0], in)
+		s.stats.Resample += time.Since(t0)
+		src = s.upOut
+	}
+	s.pending = append(s.pending, src...)
+	n := s.info.ChunkSize
+	done := 0
+	for len(s.pending)-done >= n {
+		if err := s.runChunk(s.pending[done : done+n]); err != nil {
+			return err
+		}
+		done += n
+	}
+	s.pending = s.pending[:copy(s.pending, s.pending[done:])]
+	return nil
+}
+
+// runChunk processes one chunk and queues its output.
+func (s *Session) runChunk(chunk []float32) error {
+	t0 := time.Now()
+	out, err := s.proc.Process(s.procOut[:0], chunk)
+	elapsed := time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("stream: voice %q: %w", s.name, err)
+	}
+	if s.fade != nil {
+		if err := s.crossfade(out, chunk); err != nil {
+			return fmt.Errorf("stream: outgoing voice: %w", err)
+		}
+		elapsed = time.Since(t0)
+	}
+	s.procOut = out[:0]
+	s.stats.Process += elapsed
+	s.stats.Chunks++
+	if elapsed > time.Duration(float64(len(chunk))/float64(s.info.SampleRate)*float64(time.Second)) {
+		s.stats.LateChunks++
+	}
+	s.emit(s.joinOverlap(out))
+	return nil
+}
+
+// joinOverlap crossfades the overlapping start of a chunk's output into the held-back end of
+// the previous one and holds back this chunk's end in turn.
+func (s *Session) joinOverlap(out []float32) []float32 {
+	ov := s.info.Overlap
+	if ov == 0 || len(out) < 2*ov {
+		return out
+	}
+	for i := 0; i < ov; i++ {
+		w := float32(i+1) / float32(ov+1)
+		prev := float32(0)
+		if i < len(s.tail) {
+			prev = s.tail[i]
+		}
+		out[i] = prev*(1-w) + out[i]*w
+	}
+	s.tail = append(s.tail[:0], out[len(out)-ov:]...)
+	return out[:len(out)-ov]
+}
+
+// emit resamples processor output to IORate and queues it, enforcing the stale-audio bound.
+func (s *Session) emit(out []float32) {
+	if s.skip > 0 {
+		k := min(s.skip, len(out))
+		out, s.skip = out[k:], s.skip-k
+	}
+	for i := 0; i < len(out) && s.fadeInPos < s.fadeIn; i++ {
+		out[i] *= float32(s.fadeInPos) / float32(s.fadeIn)
+		s.fadeInPos++
+	}
+	if s.down != nil {
+		t0 := time.Now()
+		s.ioOut = s.down.Process(s.ioOut[:0], out)
+		s.stats.Resample += time.Since(t0)
+		out = s.ioOut
+	}
+	s.out.Write(out)
+	s.produced += int64(len(out))
+	s.stats.Produced += s.samplesToDuration(len(out))
+	chunkIO := s.info.ChunkSize * s.cfg.IORate / s.info.SampleRate
+	limit := chunkIO + int(s.cfg.MaxQueue.Seconds()*float64(s.cfg.IORate))
+	if excess := s.out.Len() - chunkIO; s.out.Len() > limit {
+		n := s.out.DiscardCrossfade(excess, s.xfade)
+		s.stats.DroppedChunks++
+		s.stats.Dropped += s.samplesToDuration(n)
+	}
+}
+
+// Pull fills dst with the next output audio at time now, padding with silence when too little
+// is queued, and returns how many samples were real audio.
+func (s *Session) Pull(dst []float32, now time.Time) int {
+	head := s.produced - int64(s.out.Len())
+	n := s.out.Read(dst)
+	clear(dst[n:])
+	if n > 0 {
+		s.started = true
+		if at, ok := s.inputTime(head + s.deltaAt(head)); ok {
+			s.stats.Latency = now.Sub(at)
+		}
+	}
+	if n < len(dst) && s.started {
+		s.stats.Underflows++
+	}
+	return n
+}
+
+// NoteQueueAge records how long ago the input of the oldest queued output sample arrived.
+func (s *Session) NoteQueueAge(now time.Time) {
+	if s.out.Len() == 0 {
+		s.stats.QueueAge = 0
+		return
+	}
+	head := s.produced - int64(s.out.Len())
+	if at, ok := s.inputTime(head + s.deltaAt(head)); ok {
+		s.stats.QueueAge = now.Sub(at)
+	}
+}
+
+// deltaAt finds the index shift in force for produced output index o.
+func (s *Session) deltaAt(o int64) int64 {
+	d := s.shifts[0].delta
+	drop := 0
+	for i, sh := range s.shifts {
+		if sh.from <= o {
+			d = sh.delta
+			drop = i
+		}
+	}
+	s.shifts = s.shifts[drop:] // earlier shifts can no longer be asked for
+	return d
+}
+
+// inputTime is when input sample idx was pushed.
+func (s *Session) inputTime(idx int64) (time.Time, bool) {
+	for k := 1; k <= min(s.markN, len(s.marks)); k++ {
+		m := s.marks[(s.markN-k)%len(s.marks)]
+		if m.index <= idx {
+			return m.at.Add(s.samplesToDuration(int(idx - m.index))), true
+		}
+	}
+	return time.Time{}, false
+}
+
+func (s *Session) samplesToDuration(n int) time.Duration {
+	return time.Duration(float64(n) / float64(s.cfg.IORate) * float64(time.Second))
+}
+
+// Swap replaces the processor without a gap or a click. A processor with the same rate, chunk
+// and latency (another voice of the same model, passthrough for A/B) runs beside the old one
+// for one crossfade. Otherwise the old one is flushed so the audio it still holds plays out
+// with a fade-out, and the new one fades in after its warm-up output is skipped.
+func (s *Session) Swap(name string, proc Processor) error {
+	old := s.info
+	if i := proc.Info(); i.SampleRate == old.SampleRate && i.ChunkSize == old.ChunkSize && i.Latency == old.Latency && i.Overlap == old.Overlap {
+		s.fade = &fade{old: s.proc, n: int(s.cfg.Crossfade.Seconds() * float64(old.SampleRate)), warm: old.Latency}
+		s.name, s.proc, s.info, s.stats.Voice = name, proc, i, name
+		return nil
+	}
+	flushed, err := s.proc.Flush(s.procOut[:0])
+	if err != nil {
+		return fmt.Errorf("stream: voice %q: flush: %w", s.name, err)
+	}
+	flushed = s.joinOverlap(flushed)
+	flushed = append(flushed, s.tail...)
+	fadeOut(flushed, int(s.cfg.Crossfade.Seconds()*float64(old.SampleRate)))
+	s.procOut = flushed[:0]
+	s.emit(flushed)
+	if s.down != nil && proc.Info().SampleRate != old.SampleRate {
+		// The resampler back to IORate is replaced too: let out what it still holds.
+		s.ioOut = s.down.Flush(s.ioOut[:0])
+		s.out.Write(s.ioOut)
+		s.produced += int64(len(s.ioOut))
+	}
+	s.fade = nil
+	if err := s.install(name, proc); err != nil {
+		return err
+	}
+	s.skip = s.info.Latency
+	s.fadeIn = int(s.cfg.Crossfade.Seconds() * float64(s.info.SampleRate))
+	s.fadeInPos = 0
+	// From here on, output index produced+k comes from input index (pushed - pending) + k.
+	pendingIO := int64(len(s.pending)) * int64(s.cfg.IORate) / int64(s.info.SampleRate)
+	s.shifts = append(s.shifts, shift{s.produced, s.pushed - pendingIO - s.produced})
+	return nil
+}
+
+// fade is an outgoing processor that still runs while its output fades into the new one's:
+// the new one's first warm samples are its warm-up, then n samples crossfade.
+type fade struct {
+	old          Processor
+	out          []float32
+	pos, n, warm int
+}
+
+// crossfade mixes the outgoing processor's output for the same chunk into out.
+func (s *Session) crossfade(out, chunk []float32) error {
+	f := s.fade
+	old, err := f.old.Process(f.out[:0], chunk)
+	if err != nil {
+		return err
+	}
+	f.out = old[:0]
+	for i := range min(len(out), len(old)) {
+		w := min(max(float32(f.pos+i-f.warm)/float32(f.n), 0), 1)
+		out[i] = old[i]*(1-w) + out[i]*w
+	}
+	if f.pos += len(out); f.pos >= f.warm+f.n {
+		s.fade = nil
+	}
+	return nil
+}
+
+// Drain flushes the processor and resamplers at the end of the input: every remaining output
+// sample is queued.
+func (s *Session) Drain() error {
+	if s.up != nil {
+		s.upOut = s.up.Flush(s.upOut[:0])
+		s.pending = append(s.pending, s.upOut...)
+		n := s.info.ChunkSize
+		for len(s.pending) >= n {
+			if err := s.runChunk(s.pending[:n]); err != nil {
+				return err
+			}
+			s.pending = s.pending[:copy(s.pending, s.pending[n:])]
+		}
+	}
+	if len(s.pending) > 0 {
+		// Complete the last chunk with silence; the extra output is trimmed by the caller.
+		pad := s.info.ChunkSize - len(s.pending)
+		s.pending = append(s.pending, make([]float32, pad)...)
+		if err := s.runChunk(s.pending); err != nil {
+			return err
+		}
+		s.pending = s.pending[:0]
+	}
+	out, err := s.proc.Flush(s.procOut[:0])
+	if err != nil {
+		return fmt.Errorf("stream: voice %q: flush: %w", s.name, err)
+	}
+	out = s.joinOverlap(out)
+	out = append(out, s.tail...)
+	s.tail = s.tail[:0]
+	if s.down != nil {
+		s.ioOut = s.down.Process(s.ioOut[:0], out)
+		s.ioOut = s.down.Flush(s.ioOut)
+		out = s.ioOut
+	}
+	s.out.Write(out)
+	s.produced += int64(len(out))
+	return nil
+}
+
+// Queued is the number of output samples waiting to be pulled.
+func (s *Session) Queued() int { return s.out.Len() }
+
+// Stats returns the counters so far.
+func (s *Session) Stats() Stats {
+	st := s.stats
+	st.QueueDepth = s.samplesToDuration(s.out.Len())
+	return st
+}
+
+// LatencyIO is the processor latency in IORate samples: output sample k of a fresh session
+// comes from input sample k-LatencyIO.
+func (s *Session) LatencyIO() int { return int(s.latencyIO()) }
+
+func fadeOut(x []float32, n int) {
+	n = min(n, len(x))
+	for i := 0; i < n; i++ {
+		x[len(x)-n+i] *= 1 - float32(i+1)/float32(n)
+	}
+}
+
+func growCap(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, 0, n)
+	}
+	return b[:0]
+}

@@ -1,0 +1,235 @@
+package stream
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func sine(n, rate int, hz float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(0.5 * math.Sin(2*math.Pi*hz*float64(i)/float64(rate)))
+	}
+	return x
+}
+
+// run pushes x in 20 ms blocks at simulated times and pulls 20 ms after each push.
+func run(t *testing.T, s *Session, x []float32, rate int, t0 time.Time, pullDelay time.Duration) (out []float32, lat []time.Duration) {
+	t.Helper()
+	block := rate / 50
+	buf := make([]float32, block)
+	for k := 0; k+block <= len(x); k += block {
+		at := t0.Add(time.Duration(k) * time.Second / time.Duration(rate))
+		if err := s.Push(x[k:k+block], at); err != nil {
+			t.Fatal(err)
+		}
+		s.Pull(buf, at.Add(pullDelay))
+		out = append(out, buf...)
+		lat = append(lat, s.Stats().Latency)
+	}
+	return out, lat
+}
+
+func TestSessionMapsEveryOutputSampleToItsInput(t *testing.T) {
+	const rate = 48000
+	for _, proc := range []Processor{NewDelay(24000, 240, 480), NewDelay(48000, 960, 0), NewDelay(16000, 2560, 320)} {
+		s, err := NewSession(Config{IORate: rate, MaxQueue: time.Second}, "delay", proc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, rate)
+		const at = 20000
+		x[at] = 1 // an impulse at a known input index
+		out, lat := run(t, s, x, rate, time.Unix(0, 0), 0)
+		peak := 0
+		for i := range out {
+			if math.Abs(float64(out[i])) > math.Abs(float64(out[peak])) {
+				peak = i
+			}
+		}
+		// The output stream starts with the first pull; before output begins the session
+		// pulls silence, which is not part of the mapping. Count where output started.
+		first := 0
+		for first < len(out) && out[first] == 0 && first < peak {
+			first++
+		}
+		info := proc.Info()
+		t.Logf("%d Hz chunk %d latency %d: impulse %d → output %d; reported latency %v", info.SampleRate, info.ChunkSize, info.Latency, at, peak, lat[len(lat)-1])
+		// Wall-clock check: the impulse was pushed at at/rate s and pulled in the block that
+		// holds it; the session's reported latency for that pull must agree within a block.
+		block := rate / 50
+		pulledAt := time.Duration(peak/block*block+block) * time.Second / rate // time of that pull (pushed block end)
+		pulledAt -= time.Second / 50
+		truth := pulledAt - time.Duration(at)*time.Second/rate + time.Duration(peak%block)*time.Second/rate
+		got := lat[peak/block]
+		if d := got - truth; d > time.Millisecond || d < -time.Millisecond {
+			t.Errorf("reported latency %v, impulse shows %v", got, truth)
+		}
+		algo := time.Duration(info.Latency) * time.Second / time.Duration(info.SampleRate)
+		if truth < algo {
+			t.Errorf("impulse came out after %v, less than the processor's latency %v", truth, algo)
+		}
+	}
+}
+
+// burst is a processor with a long chunk and an overlap, like a neural vocoder.
+type burst struct {
+	chunk, overlap int
+}
+
+func (b *burst) Info() ProcessorInfo {
+	return ProcessorInfo{SampleRate: 16000, ChunkSize: b.chunk, Overlap: b.overlap}
+}
+func (b *burst) Process(out, in []float32) ([]float32, error) {
+	for range b.chunk + b.overlap {
+		out = append(out, 1)
+	}
+	return out, nil
+}
+func (b *burst) Flush(out []float32) ([]float32, error) { return out, nil }
+func (b *burst) Reset()                                 {}
+
+func TestSessionCrossfadesOverlappingChunks(t *testing.T) {
+	s, err := NewSession(Config{IORate: 16000, MaxQueue: time.Second}, "burst", &burst{chunk: 2560, overlap: 160})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 16000)
+	var out []float32
+	buf := make([]float32, 16000)
+	if err := s.Push(x, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	n := s.Pull(buf[:s.Queued()], time.Now())
+	out = append(out, buf[:n]...)
+	if len(out) != 16000/2560*2560 {
+		t.Fatalf("%d samples out of %d chunks", len(out), 16000/2560)
+	}
+	// After the first chunk's fade-in, every seam crossfades 1 into 1: the output is 1.
+	for i := 160; i < len(out); i++ {
+		if math.Abs(float64(out[i])-1) > 1e-6 {
+			t.Fatalf("sample %d = %v at a chunk seam", i, out[i])
+		}
+	}
+}
+
+func TestSessionDropsStaleAudio(t *testing.T) {
+	s, err := NewSession(Config{IORate: 16000, MaxQueue: 100 * time.Millisecond}, "burst", &burst{chunk: 1600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 1600)
+	now := time.Now()
+	for i := 0; i < 20; i++ { // 2 s of audio and nobody pulls
+		if err := s.Push(x, now); err != nil {
+			t.Fatal(err)
+		}
+		if q := s.Queued(); q > 1600+1600 {
+			t.Fatalf("queue grew to %d samples, beyond its bound", q)
+		}
+	}
+	st := s.Stats()
+	if st.DroppedChunks == 0 || st.Dropped < time.Second {
+		t.Fatalf("stale audio not dropped and counted: %+v", st)
+	}
+}
+
+func TestSessionSwapKeepsTheStreamContinuous(t *testing.T) {
+	v, err := NewDSPVoice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same shape: crossfade while both run. Different rate and latency: flush and fade.
+	t.Run("same shape", func(t *testing.T) { testSwap(t, NewDelay(DSPVoiceRate, DSPVoiceRate/100, v.Info().Latency)) })
+	t.Run("other rate", func(t *testing.T) { testSwap(t, NewDelay(16000, 160, 0)) })
+}
+
+func testSwap(t *testing.T, next Processor) {
+	const rate = 48000
+	v1, err := NewDSPVoice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSession(Config{IORate: rate}, "dsp", v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := sine(rate, rate, 220)
+	block := rate / 50
+	buf := make([]float32, block)
+	var out []float32
+	for k := 0; k+block <= len(x); k += block {
+		if k == rate/2 {
+			if err := s.Swap("next", next); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Push(x[k:k+block], time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		s.Pull(buf, time.Now())
+		out = append(out, buf...)
+	}
+	// Around the swap the sine may dip (a short fade) but never jump or go silent for long.
+	var maxStep float64
+	silent := 0
+	for i := rate / 4; i < len(out)-block*2; i++ {
+		maxStep = max(maxStep, math.Abs(float64(out[i]-out[i-1])))
+		if math.Abs(float64(out[i])) < 1e-4 {
+			silent++
+		}
+	}
+	sineStep := 0.5 * 2 * math.Pi * 220 / rate
+	if maxStep > 4*sineStep {
+		t.Errorf("largest sample step %.4f vs the sine's %.4f: a click at the swap", maxStep, sineStep)
+	}
+	if silent > rate/100 { // a 220 Hz sine crosses zero; allow 10 ms of near-zero samples
+		t.Errorf("%d near-silent samples: the swap left a gap", silent)
+	}
+	if s.Stats().Underflows > 1 {
+		t.Errorf("%d underflows across the swap", s.Stats().Underflows)
+	}
+}
+
+type slow struct{ Delay }
+
+func (s *slow) Process(out, in []float32) ([]float32, error) {
+	time.Sleep(15 * time.Millisecond) // a 10 ms chunk that takes 15 ms
+	return s.Delay.Process(out, in)
+}
+
+func TestSessionCountsLateChunks(t *testing.T) {
+	p := &slow{*NewDelay(16000, 160, 0)}
+	s, err := NewSession(Config{IORate: 16000}, "slow", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Push(make([]float32, 480), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.LateChunks != 3 || st.Chunks != 3 {
+		t.Fatalf("late %d of %d chunks, want 3 of 3", st.LateChunks, st.Chunks)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	r := NewRegistry()
+	if _, err := r.New("nope"); err == nil {
+		t.Fatal("unknown voice accepted")
+	}
+	p, err := r.New("dsp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tun := p.(Tunable)
+	if err := tun.SetParams(map[string]float64{"pitch_semitones": 13}); err == nil {
+		t.Fatal("pitch 13 accepted")
+	}
+	if err := tun.SetParams(map[string]float64{"formant_shift": math.NaN()}); err == nil {
+		t.Fatal("NaN accepted")
+	}
+	if err := tun.SetParams(map[string]float64{"pitch_semitones": -3, "formant_shift": 2}); err != nil {
+		t.Fatal(err)
+	}
+}
