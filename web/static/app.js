@@ -1,0 +1,649 @@
+// voxpipe live voice changer: microphone → WebRTC → server voice processing → speakers.
+// Plain ES module, no dependencies. Signaling protocol: docs/protocol.md (WebSocket /v1/rtc).
+
+const $ = (id) => document.getElementById(id);
+
+const ui = {
+  start: $('start'),
+  echo: $('echo'),
+  status: $('status'),
+  conn: $('conn'),
+  voice: $('voice'),
+  pitch: $('pitch'),
+  pitchOut: $('pitch-out'),
+  formant: $('formant'),
+  formantOut: $('formant-out'),
+  passthrough: $('passthrough'),
+  reset: $('reset'),
+  latency: $('latency'),
+  latencyLabel: $('latency-label'),
+  load: $('load'),
+  level: $('level'),
+  levelFill: document.querySelector('#level .fill'),
+  latServer: $('lat-server'),
+  latAlgo: $('lat-algo'),
+  rtt: $('rtt'),
+  jb: $('jb'),
+  lateDropped: $('late-dropped'),
+  loss: $('loss'),
+  remote: $('remote'),
+};
+
+const query = new URLSearchParams(location.search);
+
+// Opus parameters written into the offer's fmtp line (what we ask the server to send us).
+const OFFER_OPUS = { minptime: '10', useinbandfec: '1', stereo: '0', maxaveragebitrate: '32000' };
+// Parameters added to the answer's fmtp line where the server left them out; they configure
+// the browser's own encoder (FEC on, mono, capped bitrate). Values the server set are kept.
+const ANSWER_OPUS = { useinbandfec: '1', stereo: '0', maxaveragebitrate: '32000' };
+const SEND_INTERVAL_MS = 50; // control changes are sent at most this often
+// Fixed codec delays the measurements miss, added to the round-trip estimate: the browser's
+// Opus packetization (one 20 ms frame) and the look-ahead of both Opus encoders (6.5 ms each;
+// the server's latency figure excludes the codecs).
+const CODEC_DELAY_MS = 20 + 2 * 6.5;
+const PING_INTERVAL_MS = 20000;
+// Voices known to take the pitch/formant parameters. The server refuses parameters for a
+// voice that has none (bad_params), so other voices are sent without them.
+const TUNABLE_VOICES = new Set(['dsp']);
+
+let current = null; // the running session, or null
+let state = 'idle'; // idle | starting | connecting | connected | failed
+let lastStats = null; // last `stats` message from the server
+let lastReady = null; // last `ready` message from the server
+let browserStats = null; // derived from RTCPeerConnection.getStats()
+
+// ---------------------------------------------------------------------------------------
+// SDP munging
+
+// mungeOpus sets Opus fmtp parameters in every audio m-section that offers Opus. With
+// override=false, parameters already present are kept and only missing ones are added.
+export function mungeOpus(sdp, params, override = true) {
+  const lines = sdp.split(/\r?\n/);
+  const opusPTs = [];
+  lines.forEach((line, i) => {
+    const m = /^a=rtpmap:(\d+) opus\/48000(?:\/\d+)?$/i.exec(line);
+    if (m) opusPTs.push({ pt: m[1], rtpmapIndex: i });
+  });
+  // Walk from the end so inserting lines does not shift the indexes still to visit.
+  for (const { pt, rtpmapIndex } of opusPTs.reverse()) {
+    const prefix = `a=fmtp:${pt} `;
+    const idx = lines.findIndex((l) => l.startsWith(prefix));
+    const fmtp = new Map();
+    if (idx >= 0) {
+      for (const kv of lines[idx].slice(prefix.length).split(';')) {
+        const [k, ...rest] = kv.trim().split('=');
+        if (k) fmtp.set(k, rest.join('='));
+      }
+    }
+    for (const [k, v] of Object.entries(params)) {
+      if (override || !fmtp.has(k)) fmtp.set(k, v);
+    }
+    const line = prefix + [...fmtp].map(([k, v]) => (v === '' ? k : `${k}=${v}`)).join(';');
+    if (idx >= 0) lines[idx] = line;
+    else lines.splice(rtpmapIndex + 1, 0, line);
+  }
+  return lines.join('\r\n');
+}
+
+// ---------------------------------------------------------------------------------------
+// UI helpers
+
+function setState(next) {
+  state = next;
+  ui.conn.textContent = next;
+  ui.conn.dataset.state = next;
+  const running = current !== null;
+  ui.start.textContent = running ? 'Stop' : 'Start';
+  ui.start.setAttribute('aria-pressed', String(running));
+}
+
+function setStatus(text, kind = 'info') {
+  ui.status.textContent = text;
+  ui.status.dataset.kind = kind;
+}
+
+function fmtSemitones(v) {
+  const n = Number(v);
+  return `${n > 0 ? '+' : n < 0 ? '−' : ''}${Math.abs(n)} st`;
+}
+
+function fmtMs(v, digits = 0) {
+  return Number.isFinite(v) ? `${v.toFixed(digits)} ms` : '–';
+}
+
+function updateOutputs() {
+  ui.pitchOut.textContent = fmtSemitones(ui.pitch.value);
+  ui.formantOut.textContent = fmtSemitones(ui.formant.value);
+  const tunable = TUNABLE_VOICES.has(ui.voice.value);
+  ui.pitch.disabled = !tunable;
+  ui.formant.disabled = !tunable;
+}
+
+function micConstraints() {
+  return {
+    echoCancellation: ui.echo.checked,
+    noiseSuppression: false,
+    autoGainControl: false,
+    channelCount: 1,
+  };
+}
+
+function iceServers() {
+  return query
+    .getAll('stun')
+    .flatMap((v) => v.split(','))
+    .map((v) => v.trim())
+    .filter(Boolean)
+    .map((v) => ({ urls: /^stuns?:/.test(v) ? v : `stun:${v}` }));
+}
+
+function socketURL() {
+  const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  return `${scheme}//${location.host}/v1/rtc`;
+}
+
+function ensureVoiceOption(name) {
+  if (!name || [...ui.voice.options].some((o) => o.value === name)) return;
+  const opt = document.createElement('option');
+  opt.value = name;
+  opt.textContent = name;
+  ui.voice.append(opt);
+}
+
+// ---------------------------------------------------------------------------------------
+// Signaling
+
+function send(s, msg) {
+  if (s.ws && s.ws.readyState === WebSocket.OPEN) {
+    s.ws.send(JSON.stringify(msg));
+    return true;
+  }
+  return false;
+}
+
+function sessionMessage() {
+  const msg = { type: 'session', mode: 'vc', voice: ui.voice.value, passthrough: ui.passthrough.checked };
+  if (TUNABLE_VOICES.has(msg.voice)) {
+    msg.params = {
+      pitch_semitones: Number(ui.pitch.value),
+      formant_shift: Number(ui.formant.value),
+    };
+  }
+  return msg;
+}
+
+function sendSession(s) {
+  const msg = sessionMessage();
+  const text = JSON.stringify(msg);
+  if (text === s.lastSession) return;
+  if (send(s, msg)) s.lastSession = text;
+}
+
+// Control changes: the first change goes out at once, further ones at most every
+// SEND_INTERVAL_MS, and the final value is always sent.
+let sendTimer = null;
+let lastSendAt = -Infinity;
+function controlsChanged() {
+  updateOutputs();
+  if (!current || sendTimer !== null) return;
+  const wait = Math.max(0, lastSendAt + SEND_INTERVAL_MS - performance.now());
+  sendTimer = setTimeout(() => {
+    sendTimer = null;
+    lastSendAt = performance.now();
+    if (current) sendSession(current);
+  }, wait);
+}
+
+function openSocket(url) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url);
+    const onOpen = () => {
+      ws.removeEventListener('error', onFail);
+      ws.removeEventListener('close', onFail);
+      resolve(ws);
+    };
+    const onFail = () => reject(new Error(`could not open ${url}`));
+    ws.addEventListener('open', onOpen, { once: true });
+    ws.addEventListener('error', onFail, { once: true });
+    ws.addEventListener('close', onFail, { once: true });
+  });
+}
+
+async function onMessage(s, data) {
+  if (s !== current) return;
+  let msg;
+  try {
+    msg = JSON.parse(data);
+  } catch {
+    setStatus('Server sent a message that is not JSON', 'error');
+    return;
+  }
+  switch (msg.type) {
+    case 'answer': {
+      const sdp = mungeOpus(msg.sdp, ANSWER_OPUS, false);
+      try {
+        await s.pc.setRemoteDescription({ type: 'answer', sdp });
+      } catch {
+        await s.pc.setRemoteDescription({ type: 'answer', sdp: msg.sdp });
+      }
+      for (const r of s.pc.getReceivers()) lowLatency(r);
+      const pending = s.pendingRemote.splice(0);
+      for (const c of pending) await addRemoteCandidate(s, c);
+      break;
+    }
+    case 'candidate':
+      if (!msg.candidate || !msg.candidate.candidate) break; // end of candidates
+      if (!s.pc.remoteDescription) s.pendingRemote.push(msg.candidate);
+      else await addRemoteCandidate(s, msg.candidate);
+      break;
+    case 'ready':
+      lastReady = msg;
+      ensureVoiceOption(msg.voice);
+      if (state === 'connected') setStatus(`Live — voice ${msg.voice}`, 'ok');
+      renderStats();
+      break;
+    case 'stats':
+      lastStats = msg;
+      renderStats();
+      break;
+    case 'error':
+      setStatus(`Server error${msg.code ? ` (${msg.code})` : ''}: ${msg.message || 'unknown'}`, 'error');
+      if (msg.fatal) {
+        s.fatal = true;
+        fail(s, null);
+      }
+      break;
+    case 'pong':
+      break;
+    default:
+      break; // newer servers may send more; ignore what we do not know
+  }
+}
+
+async function addRemoteCandidate(s, c) {
+  try {
+    await s.pc.addIceCandidate(c);
+  } catch (err) {
+    console.warn('voxpipe: addIceCandidate failed', c, err);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Media
+
+function lowLatency(receiver) {
+  if (!receiver || !receiver.track || receiver.track.kind !== 'audio') return;
+  try {
+    if ('jitterBufferTarget' in receiver) receiver.jitterBufferTarget = 0;
+    else if ('playoutDelayHint' in receiver) receiver.playoutDelayHint = 0;
+  } catch (err) {
+    console.warn('voxpipe: could not lower the jitter buffer target', err);
+  }
+}
+
+function onTrack(s, ev) {
+  if (s !== current || ev.track.kind !== 'audio') return;
+  lowLatency(ev.receiver);
+  const stream = ev.streams[0] || new MediaStream([ev.track]);
+  // The element plays the audio. (Chrome also needs a remote stream attached to a media
+  // element before Web Audio sees any samples from it.)
+  ui.remote.srcObject = stream;
+  ui.remote.play().catch(() => {
+    setStatus('The browser blocked playback — click the page to hear the output.', 'error');
+    document.addEventListener('click', () => ui.remote.play().catch(() => {}), { once: true });
+  });
+  try {
+    const src = s.ctx.createMediaStreamSource(stream);
+    const analyser = s.ctx.createAnalyser();
+    analyser.fftSize = 2048;
+    const mute = s.ctx.createGain();
+    mute.gain.value = 0; // keeps the graph pulled without playing the audio twice
+    src.connect(analyser).connect(mute).connect(s.ctx.destination);
+    s.analyser = analyser;
+    s.levelBuf = new Float32Array(analyser.fftSize);
+  } catch (err) {
+    console.warn('voxpipe: level meter unavailable', err);
+  }
+}
+
+export function outputLevel() {
+  const s = current;
+  if (!s || !s.analyser) return 0;
+  s.analyser.getFloatTimeDomainData(s.levelBuf);
+  let sum = 0;
+  for (const x of s.levelBuf) sum += x * x;
+  return Math.sqrt(sum / s.levelBuf.length);
+}
+
+let meterFrame = 0;
+let meterAriaAt = 0;
+function drawMeter() {
+  meterFrame = requestAnimationFrame(drawMeter);
+  const rms = outputLevel();
+  const db = rms > 0 ? 20 * Math.log10(rms) : -Infinity;
+  const pct = Math.max(0, Math.min(1, (db + 60) / 60));
+  ui.levelFill.style.width = `${(pct * 100).toFixed(1)}%`;
+  const now = performance.now();
+  if (now - meterAriaAt > 500) {
+    meterAriaAt = now;
+    const v = Number.isFinite(db) ? Math.max(-60, Math.round(db)) : -60;
+    ui.level.setAttribute('aria-valuenow', String(v));
+    ui.level.setAttribute('aria-valuetext', v <= -60 ? 'silent' : `${v} dB`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Statistics
+
+async function pollBrowserStats(s) {
+  if (s !== current || !s.pc) return;
+  let report;
+  try {
+    report = await s.pc.getStats();
+  } catch {
+    return;
+  }
+  if (s !== current) return;
+  let inbound = null;
+  let pair = null;
+  let transport = null;
+  let playout = null;
+  let remoteInbound = null;
+  report.forEach((r) => {
+    if (r.type === 'inbound-rtp' && r.kind === 'audio') inbound = r;
+    else if (r.type === 'transport') transport = r;
+    else if (r.type === 'candidate-pair' && r.nominated && r.state === 'succeeded') pair = pair || r;
+    else if (r.type === 'media-playout') playout = r;
+    else if (r.type === 'remote-inbound-rtp' && r.kind === 'audio') remoteInbound = r;
+  });
+  if (transport && transport.selectedCandidatePairId) {
+    pair = report.get(transport.selectedCandidatePairId) || pair;
+  }
+
+  const prev = s.prevStats || {};
+  const next = {};
+  const b = {};
+  let rtt = pair && pair.currentRoundTripTime;
+  if (!Number.isFinite(rtt) && remoteInbound) rtt = remoteInbound.roundTripTime;
+  if (Number.isFinite(rtt)) b.rtt_ms = rtt * 1000;
+
+  if (inbound && Number.isFinite(inbound.jitterBufferDelay) && inbound.jitterBufferEmittedCount > 0) {
+    next.jbDelay = inbound.jitterBufferDelay;
+    next.jbCount = inbound.jitterBufferEmittedCount;
+    const dCount = next.jbCount - (prev.jbCount || 0);
+    const dDelay = next.jbDelay - (prev.jbDelay || 0);
+    // Mean over the last interval where there is one, otherwise since the start.
+    b.jitter_buffer_ms = (dCount > 0 ? dDelay / dCount : next.jbDelay / next.jbCount) * 1000;
+  }
+  if (inbound) {
+    b.packets_received = inbound.packetsReceived;
+    b.packets_lost = inbound.packetsLost;
+    b.concealed_samples = inbound.concealedSamples;
+  }
+  if (playout && playout.totalSamplesCount > 0 && Number.isFinite(playout.totalPlayoutDelay)) {
+    next.playDelay = playout.totalPlayoutDelay;
+    next.playCount = playout.totalSamplesCount;
+    const dCount = next.playCount - (prev.playCount || 0);
+    const dDelay = next.playDelay - (prev.playDelay || 0);
+    b.playout_ms = (dCount > 0 ? dDelay / dCount : next.playDelay / next.playCount) * 1000;
+  }
+  s.prevStats = next;
+  browserStats = b;
+  renderStats();
+}
+
+function renderStats() {
+  const st = lastStats || {};
+  const lat = st.latency_ms || {};
+  const b = browserStats || {};
+  const algo = Number.isFinite(lat.algorithmic) ? lat.algorithmic : lastReady && lastReady.algorithmic_latency_ms;
+  // Round trip: the server's measured part plus what the browser measures of its own.
+  if (Number.isFinite(lat.server) && Number.isFinite(b.rtt_ms) && Number.isFinite(b.jitter_buffer_ms)) {
+    b.round_trip_ms = lat.server + b.rtt_ms + b.jitter_buffer_ms + (b.playout_ms || 0) + CODEC_DELAY_MS;
+  }
+
+  if (Number.isFinite(b.round_trip_ms)) {
+    ui.latency.textContent = `${Math.round(b.round_trip_ms)} ms`;
+    ui.latencyLabel.textContent = 'round trip (est.)';
+  } else if (Number.isFinite(lat.server)) {
+    ui.latency.textContent = `${Math.round(lat.server)} ms`;
+    ui.latencyLabel.textContent = 'server latency';
+  } else {
+    ui.latency.textContent = '– ms';
+  }
+  ui.load.textContent = Number.isFinite(st.load) ? `${(st.load * 100).toFixed(1)} %` : '– %';
+  ui.latServer.textContent = fmtMs(lat.server, 1);
+  ui.latAlgo.textContent = fmtMs(algo, 1);
+  ui.rtt.textContent = fmtMs(b.rtt_ms, 1);
+  ui.jb.textContent = Number.isFinite(b.playout_ms)
+    ? `${fmtMs(b.jitter_buffer_ms, 1)} + ${fmtMs(b.playout_ms, 1)} out`
+    : fmtMs(b.jitter_buffer_ms, 1);
+  if (lastStats) {
+    ui.lateDropped.textContent =
+      `${st.late_chunks ?? 0} / ${st.dropped_chunks ?? 0}` + (st.dropped_ms ? ` (${Math.round(st.dropped_ms)} ms)` : '');
+    const p = st.packets || {};
+    const total = (p.received || 0) + (p.lost || 0);
+    const pct = total > 0 ? (100 * (p.lost || 0)) / total : 0;
+    ui.loss.textContent = `${pct.toFixed(1)} % (${p.lost || 0} lost, ${p.fec_recovered || 0} FEC)`;
+  } else {
+    ui.lateDropped.textContent = '–';
+    ui.loss.textContent = '–';
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Session lifecycle
+
+function onPeerState(s) {
+  if (s !== current) return;
+  switch (s.pc.connectionState) {
+    case 'connected':
+      setState('connected');
+      setStatus(`Live — voice ${(lastReady && lastReady.voice) || ui.voice.value}`, 'ok');
+      break;
+    case 'disconnected':
+      setState('connecting');
+      setStatus('Connection interrupted, waiting for it to recover…');
+      break;
+    case 'failed':
+      fail(s, new Error('the media connection failed (ICE/DTLS); check the network or add ?stun=…'));
+      break;
+    case 'closed':
+      break;
+    default:
+      if (state !== 'connected') setState('connecting');
+  }
+}
+
+function teardown(s) {
+  s.closed = true;
+  clearInterval(s.statsTimer);
+  clearInterval(s.pingTimer);
+  if (s.ws) {
+    s.ws.onmessage = null;
+    s.ws.onclose = null;
+    try {
+      s.ws.close(1000, 'stop');
+    } catch {}
+  }
+  if (s.pc) s.pc.close();
+  if (s.stream) for (const t of s.stream.getTracks()) t.stop();
+  if (s.ctx) s.ctx.close().catch(() => {});
+  if (current === s) current = null;
+  ui.remote.srcObject = null;
+  cancelAnimationFrame(meterFrame);
+  ui.levelFill.style.width = '0%';
+  ui.level.setAttribute('aria-valuenow', '-60');
+  ui.level.setAttribute('aria-valuetext', 'silent');
+}
+
+function fail(s, err) {
+  if (s !== current) return;
+  teardown(s);
+  setState('failed');
+  if (err) setStatus(`Error: ${err.message || err}`, 'error');
+}
+
+export function stop() {
+  const s = current;
+  if (!s) return;
+  teardown(s);
+  setState('idle');
+  setStatus('Stopped.');
+}
+
+export async function start() {
+  if (current) return;
+  const s = {
+    ws: null,
+    pc: null,
+    stream: null,
+    ctx: null,
+    analyser: null,
+    levelBuf: null,
+    pendingLocal: [],
+    pendingRemote: [],
+    offerSent: false,
+    lastSession: '',
+    chain: Promise.resolve(),
+    closed: false,
+  };
+  current = s;
+  lastStats = null;
+  lastReady = null;
+  browserStats = null;
+  renderStats();
+  setState('starting');
+  setStatus('Requesting the microphone…');
+  // Created inside the click so that autoplay policies let it run.
+  try {
+    s.ctx = new AudioContext({ latencyHint: 'interactive' });
+    s.ctx.resume().catch(() => {});
+  } catch {
+    s.ctx = null;
+  }
+  try {
+    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+      throw new Error('microphone access needs a secure page (HTTPS or localhost)');
+    }
+    try {
+      s.stream = await navigator.mediaDevices.getUserMedia({ audio: micConstraints(), video: false });
+    } catch (err) {
+      throw new Error(`microphone unavailable: ${err.message || err.name}`);
+    }
+    if (s !== current) {
+      for (const t of s.stream.getTracks()) t.stop();
+      return;
+    }
+
+    const pc = new RTCPeerConnection({ iceServers: iceServers(), bundlePolicy: 'max-bundle' });
+    s.pc = pc;
+    pc.addTransceiver(s.stream.getAudioTracks()[0], { direction: 'sendrecv', streams: [s.stream] });
+    pc.ontrack = (ev) => onTrack(s, ev);
+    pc.onicecandidate = (ev) => {
+      const c = ev.candidate ? ev.candidate.toJSON() : null;
+      if (!c) return; // end of gathering; the server needs no marker
+      if (s.offerSent) send(s, { type: 'candidate', candidate: c });
+      else s.pendingLocal.push(c);
+    };
+    pc.onconnectionstatechange = () => onPeerState(s);
+
+    setState('connecting');
+    setStatus('Connecting to the server…');
+    const ws = await openSocket(socketURL());
+    if (s !== current) {
+      ws.close();
+      return;
+    }
+    s.ws = ws;
+    ws.onmessage = (ev) => {
+      s.chain = s.chain.then(() => onMessage(s, ev.data)).catch((err) => fail(s, err));
+    };
+    ws.onclose = (ev) => {
+      if (s !== current) return;
+      if (s.fatal) fail(s, null);
+      else fail(s, new Error(`the server closed the connection${ev.reason ? `: ${ev.reason}` : ` (code ${ev.code})`}`));
+    };
+
+    sendSession(s);
+    const offer = await pc.createOffer();
+    const sdp = mungeOpus(offer.sdp, OFFER_OPUS, true);
+    try {
+      await pc.setLocalDescription({ type: 'offer', sdp });
+    } catch (err) {
+      console.warn('voxpipe: munged offer refused locally, using the original', err);
+      await pc.setLocalDescription(offer);
+    }
+    if (s !== current) return;
+    send(s, { type: 'offer', sdp });
+    s.offerSent = true;
+    for (const c of s.pendingLocal.splice(0)) send(s, { type: 'candidate', candidate: c });
+
+    s.statsTimer = setInterval(() => pollBrowserStats(s), 1000);
+    s.pingTimer = setInterval(() => send(s, { type: 'ping' }), PING_INTERVAL_MS);
+    cancelAnimationFrame(meterFrame);
+    meterFrame = requestAnimationFrame(drawMeter);
+  } catch (err) {
+    fail(s, err);
+  }
+}
+
+async function echoChanged() {
+  const s = current;
+  if (!s || !s.stream) return;
+  const track = s.stream.getAudioTracks()[0];
+  try {
+    await track.applyConstraints(micConstraints());
+  } catch {}
+  const on = track.getSettings().echoCancellation;
+  if (on !== undefined && on !== ui.echo.checked) {
+    setStatus('Echo cancellation change applies after Stop and Start.');
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Wiring
+
+for (const v of query.getAll('voices').flatMap((x) => x.split(','))) ensureVoiceOption(v.trim());
+if (query.get('voice')) {
+  ensureVoiceOption(query.get('voice'));
+  ui.voice.value = query.get('voice');
+}
+
+ui.start.addEventListener('click', () => (current ? stop() : start()));
+ui.echo.addEventListener('change', echoChanged);
+for (const input of [ui.voice, ui.pitch, ui.formant, ui.passthrough]) {
+  input.addEventListener('input', controlsChanged);
+  input.addEventListener('change', controlsChanged);
+}
+ui.reset.addEventListener('click', () => {
+  ui.pitch.value = '0';
+  ui.formant.value = '0';
+  ui.passthrough.checked = false;
+  controlsChanged();
+});
+window.addEventListener('pagehide', () => stop());
+
+updateOutputs();
+setState('idle');
+
+window.voxpipe = {
+  get state() {
+    return state;
+  },
+  get lastStats() {
+    return lastStats;
+  },
+  get lastReady() {
+    return lastReady;
+  },
+  get browserStats() {
+    return browserStats;
+  },
+  get pc() {
+    return current ? current.pc : null;
+  },
+  outputLevel,
+  start,
+  stop,
+};
