@@ -317,8 +317,10 @@ type mediaFrame struct {
 	merge   []float32
 	out     []float32
 	packet  []byte
-	decoded bool // the decoder has seen a packet
-	plcRun  int  // consecutive concealed frames
+	decoded bool          // the decoder has seen a packet
+	plcRun  int           // consecutive concealed frames
+	minWait time.Duration // shortest jitter-buffer wait over waitN packets
+	waitN   int
 }
 
 // mediaLoop runs the 20 ms clock: jitter buffer → decode → session → encode → send.
@@ -329,7 +331,7 @@ func (p *peer) mediaLoop(ctx context.Context) {
 		if enc, err = newEncoder(p.srv.cfg.Encoder); err == nil {
 			p.runClock(ctx, &mediaFrame{dec: dec, enc: enc,
 				in: make([]float32, opusRate*maxFrameMs/1000), merge: make([]float32, opusRate*maxFrameMs/1000),
-				out: make([]float32, frameSize), packet: make([]byte, maxPacket)})
+				out: make([]float32, frameSize), packet: make([]byte, maxPacket), minWait: time.Hour})
 			return
 		}
 	}
@@ -339,29 +341,47 @@ func (p *peer) mediaLoop(ctx context.Context) {
 
 func (p *peer) runClock(ctx context.Context, f *mediaFrame) {
 	const frame = frameMs * time.Millisecond
-	tick := time.NewTicker(frame)
-	defer tick.Stop()
-	start := time.Now()
-	var sent int64
+	timer := time.NewTimer(frame)
+	defer timer.Stop()
+	next := time.Now().Add(frame)
 	var acc statsAccumulator
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
-			due := int64(now.Sub(start)/frame) + 1
-			if due-sent > 10 { // the process stalled: don't burst, resume the clock
-				sent = due - 1
-			}
-			for ; sent < due; sent++ {
-				p.frame(f, &acc, time.Now())
-			}
-			if acc.frames >= 1000/frameMs {
-				p.send(p.stats(&acc))
-				acc = statsAccumulator{}
-			}
+		case <-timer.C:
 		}
+		now := time.Now()
+		if now.Sub(next) > 10*frame { // the process stalled: don't burst, resume the clock
+			next = now
+		}
+		for !next.After(now) {
+			p.frame(f, &acc, time.Now())
+			next = next.Add(frame)
+		}
+		next = next.Add(-p.phaseStep(f))
+		if acc.frames >= 1000/frameMs {
+			p.send(p.stats(&acc))
+			acc = statsAccumulator{}
+		}
+		timer.Reset(time.Until(next))
 	}
+}
+
+// phaseStep moves the playout clock towards the packets' arrival: once a second, if every
+// packet waited longer than the measured jitter plus a margin, tick up to 4 ms earlier next
+// time. The clock only moves earlier; an underflow (packets later than the clock) is the
+// jitter buffer's to absorb.
+func (p *peer) phaseStep(f *mediaFrame) time.Duration {
+	if f.waitN < 1000/frameMs {
+		return 0
+	}
+	p.jbMu.Lock()
+	jitter := time.Duration(p.jb.JitterMs() * float64(time.Millisecond))
+	p.jbMu.Unlock()
+	slack := f.minWait - jitter - 2*time.Millisecond
+	f.minWait, f.waitN = time.Hour, 0
+	return min(max(slack, 0), 4*time.Millisecond)
 }
 
 // statsAccumulator sums per-frame timings between two stats messages.
@@ -386,6 +406,8 @@ func (p *peer) frame(f *mediaFrame, acc *statsAccumulator, now time.Time) {
 		n = p.decode(f, fr.Payload, f.in)
 		arrival = now.Add(-fr.Wait)
 		acc.jitter += fr.Wait
+		f.minWait = min(f.minWait, fr.Wait)
+		f.waitN++
 		if fr.Merge != nil && n > 0 {
 			// The buffer shed a frame: play both in one frame time, crossfaded.
 			if m := p.decode(f, fr.Merge, f.merge); m == n {

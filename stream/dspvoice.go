@@ -17,7 +17,8 @@ const (
 )
 
 // DSPVoice is the embedded voice: pitch shift in semitones with formant preservation and a
-// separate formant shift, processed in 10 ms chunks.
+// separate formant shift. It takes any block size, so it runs in 2.5 ms chunks: a short chunk
+// keeps the audio waiting for a full chunk, and so the latency, small.
 type DSPVoice struct {
 	v     *dsp.Voice
 	zeros []float32
@@ -34,7 +35,7 @@ func NewDSPVoice() (*DSPVoice, error) {
 
 // Info implements Processor.
 func (d *DSPVoice) Info() ProcessorInfo {
-	return ProcessorInfo{SampleRate: DSPVoiceRate, ChunkSize: DSPVoiceRate / 100, Latency: d.v.Latency()}
+	return ProcessorInfo{SampleRate: DSPVoiceRate, ChunkSize: DSPVoiceRate / 400, Latency: d.v.Latency()}
 }
 
 // Process implements Processor.

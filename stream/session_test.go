@@ -141,7 +141,7 @@ func TestSessionSwapKeepsTheStreamContinuous(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Same shape: crossfade while both run. Different rate and latency: flush and fade.
-	t.Run("same shape", func(t *testing.T) { testSwap(t, NewDelay(DSPVoiceRate, DSPVoiceRate/100, v.Info().Latency)) })
+	t.Run("same shape", func(t *testing.T) { testSwap(t, NewDelay(DSPVoiceRate, v.Info().ChunkSize, v.Info().Latency)) })
 	t.Run("other rate", func(t *testing.T) { testSwap(t, NewDelay(16000, 160, 0)) })
 }
 

@@ -18,9 +18,13 @@ import (
 	"github.com/voxpipe/voxpipe/stream"
 )
 
+// backendNull is miniaudio's ma_backend_null. malgo's BackendNull constant is one short: it
+// names ma_backend_custom, which miniaudio's enum has just before null.
+const backendNull = malgo.Backend(malgo.BackendNull + 1)
+
 var backends = map[string]malgo.Backend{
 	"alsa": malgo.BackendAlsa, "pulse": malgo.BackendPulseaudio, "jack": malgo.BackendJack,
-	"wasapi": malgo.BackendWasapi, "coreaudio": malgo.BackendCoreaudio, "null": malgo.BackendNull,
+	"wasapi": malgo.BackendWasapi, "coreaudio": malgo.BackendCoreaudio, "null": backendNull,
 }
 
 // audioContext opens miniaudio with one backend, or its default order when name is "".
@@ -246,9 +250,10 @@ func bridge(ctx context.Context, o bridgeOptions) (*bridgeReport, error) {
 			if df := f - lastFrames; df > 0 {
 				load = float64(w-lastWork) / (float64(df) / float64(rate) * float64(time.Second))
 			}
-			fmt.Fprintf(o.readout, "\r%d Hz | latency %5.1f ms (algorithmic %.0f ms + device periods) | load %5.1f%% | late %d | dropped %d ",
-				rate, float64(st.Latency.Microseconds())/1000+float64(2*o.period.Microseconds())/1000, float64(alg.Microseconds())/1000,
-				100*load, st.LateChunks, st.DroppedChunks)
+			pipeline := float64(st.Latency.Microseconds()) / 1000
+			devices := float64(2*o.period.Microseconds()) / 1000
+			fmt.Fprintf(o.readout, "\r%d Hz | latency %5.1f ms (pipeline %.1f + device periods %.0f) | load %5.1f%% | late %d | dropped %d ",
+				rate, pipeline+devices, pipeline, devices, 100*load, st.LateChunks, st.DroppedChunks)
 		}
 		lastWork, lastFrames = w, f
 	}

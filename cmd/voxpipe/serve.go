@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // served only with --debug-listen
 	"os/signal"
 	"strings"
 	"syscall"
@@ -28,6 +29,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	publicIP := fs.String("public-ip", "", "comma-separated IPs to advertise in ICE candidates (server behind 1:1 NAT)")
 	loopback := fs.Bool("loopback", true, "offer loopback ICE candidates (clients on the same host)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	debug := fs.String("debug-listen", "", "serve Go's pprof profiles on this address (e.g. localhost:6060)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -53,6 +55,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	if *debug != "" {
+		go func() { log.Warn("debug server ended", "err", http.ListenAndServe(*debug, http.DefaultServeMux)) }()
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/rtc", srv)

@@ -34,7 +34,16 @@ func ClickLatencies(sent []float32, clicks []int, sendTimes []time.Time, got Rec
 	}
 	burst := rate * 2 / 1000
 	// Global lag first: correlate the whole click train at a coarse resolution.
-	lag := bestLag(sent, got.PCM, 0, rate/2) // latency is under 500 ms
+	// The server sends from the moment it connects, so the received stream may start long
+	// before the first frame was sent: search from the audio that arrived after it.
+	base := len(got.PCM)
+	for _, p := range got.Packets {
+		if !p.At.Before(sendTimes[0]) {
+			base = p.Start
+			break
+		}
+	}
+	lag := bestLag(sent, got.PCM, base, base+rate/2) // latency is under 500 ms
 	var out []time.Duration
 	for _, at := range clicks {
 		k := at / frameSize
@@ -42,11 +51,11 @@ func ClickLatencies(sent []float32, clicks []int, sendTimes []time.Time, got Rec
 			break
 		}
 		captured := sendTimes[k].Add(-frameDur).Add(samples(at - k*frameSize))
-		// Refine around the global lag: ±60 ms.
-		lo, hi := at+lag-rate*60/1000, at+lag+rate*60/1000
-		j, score := bestMatch(sent[at:at+burst], got.PCM, lo, hi)
-		if score < 0.5 {
-			continue // lost in transit or mangled past recognition
+		// Refine around the global lag (±60 ms): the click is where the short-time energy
+		// peaks. Energy, not waveform: two Opus hops keep a click's energy, not its phase.
+		j, snr := energyPeak(got.PCM, at+lag-rate*60/1000, at+lag+rate*60/1000, burst)
+		if snr < 10 {
+			continue // lost in transit or buried in noise
 		}
 		p := packetAt(got.Packets, j)
 		if p < 0 {
@@ -89,30 +98,31 @@ func bestLag(sent, got []float32, lo, hi int) int {
 	return best * hop
 }
 
-// bestMatch finds where template fits best in x within [lo, hi] by normalised
-// cross-correlation, returning the position and the score (−1…1).
-func bestMatch(template, x []float32, lo, hi int) (int, float64) {
-	lo = max(lo, 0)
-	hi = min(hi, len(x)-len(template))
-	var tt float64
-	for _, v := range template {
-		tt += float64(v * v)
+// energyPeak returns the start of the width-sample window with the most energy in [lo, hi]
+// and how far that energy stands above the median window's.
+func energyPeak(x []float32, lo, hi, width int) (int, float64) {
+	lo, hi = max(lo, 0), min(hi, len(x)-width)
+	if hi <= lo {
+		return -1, 0
 	}
-	best, bestScore := -1, -1.0
-	for j := lo; j <= hi; j++ {
-		var xt, xx float64
-		for i, v := range template {
-			xt += float64(v * x[j+i])
-			xx += float64(x[j+i] * x[j+i])
-		}
-		if xx == 0 {
-			continue
-		}
-		if s := xt / math.Sqrt(tt*xx); s > bestScore {
-			best, bestScore = j, s
-		}
+	var e float64
+	for _, v := range x[lo : lo+width] {
+		e += float64(v * v)
 	}
-	return best, bestScore
+	energies := make([]float64, 0, hi-lo+1)
+	best, bestE := lo, e
+	for j := lo; ; j++ {
+		energies = append(energies, e)
+		if e > bestE {
+			best, bestE = j, e
+		}
+		if j == hi {
+			break
+		}
+		e += float64(x[j+width]*x[j+width]) - float64(x[j]*x[j])
+	}
+	slices.Sort(energies)
+	return best, bestE / (energies[len(energies)/2] + 1e-12)
 }
 
 func packetAt(ps []ReceivedPacket, j int) int {
