@@ -253,3 +253,15 @@ func TestVoiceChangeWithoutRenegotiation(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestMessageFloodIsRateLimited(t *testing.T) {
+	_, url := startServer(t)
+	s := dialRaw(t, url)
+	for range 300 {
+		s.send(`{"type":"session","mode":"vc","voice":"dsp","params":{"pitch_semitones":3}}`)
+	}
+	s.expectError(rtc.CodeRateLimited)
+	time.Sleep(100 * time.Millisecond) // the bucket refills: the socket still works
+	s.send(`{"type":"ping"}`)
+	s.expect("pong")
+}

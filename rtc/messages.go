@@ -20,6 +20,7 @@ const (
 	CodeUnknownVoice     = "unknown_voice"
 	CodeBadParams        = "bad_params"
 	CodeDuplicateOffer   = "duplicate_offer"
+	CodeRateLimited      = "rate_limited"
 	CodeInternal         = "internal"
 )
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/pion/webrtc/v4"
 	"github.com/pion/webrtc/v4/pkg/media"
+	"golang.org/x/time/rate"
 	"gopkg.in/hraban/opus.v2"
 
 	"github.com/voxpipe/voxpipe/buffers"
@@ -66,6 +67,8 @@ func (p *peer) run(ctx context.Context) {
 	p.voiceName, p.voice = p.srv.cfg.DefaultVoice, proc
 
 	p.conn.SetReadLimit(p.srv.cfg.MaxMessage)
+	// A client may change its voice many times a second, but not flood the server with work.
+	limiter := rate.NewLimiter(50, 100)
 	go func() { // unblock the reader when the server or the peer ends the session
 		<-ctx.Done()
 		p.conn.SetReadDeadline(time.Now())
@@ -77,6 +80,10 @@ func (p *peer) run(ctx context.Context) {
 				p.closeSocket(websocket.CloseMessageTooBig, fmt.Sprintf("message over %d bytes", p.srv.cfg.MaxMessage))
 			}
 			return
+		}
+		if !limiter.Allow() {
+			p.sendError(CodeRateLimited, "too many messages: at most 50 a second", false)
+			continue
 		}
 		if kind != websocket.TextMessage {
 			p.sendError(CodeBadMessage, "binary messages are not part of the protocol; send JSON text", false)

@@ -605,6 +605,13 @@ async function echoChanged() {
 // Wiring
 
 for (const v of query.getAll('voices').flatMap((x) => x.split(','))) ensureVoiceOption(v.trim());
+// The server lists the voices it has loaded; the page works without the list too.
+fetch('/v1/voices')
+  .then((r) => (r.ok ? r.json() : null))
+  .then((list) => {
+    for (const v of list?.voices ?? []) ensureVoiceOption(v);
+  })
+  .catch(() => {});
 if (query.get('voice')) {
   ensureVoiceOption(query.get('voice'));
   ui.voice.value = query.get('voice');
