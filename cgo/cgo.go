@@ -1,0 +1,344 @@
+// Package cgo is the only C in voxpipe: the inference engine's kernels, thread pool and plan
+// executor (vx.h), with a thin Go wrapper. Plans, tensor tables and tensor memory live in C
+// memory, so one Execute is one cgo call and C never holds a Go pointer.
+package cgo
+
+/*
+#cgo CFLAGS: -std=c11 -O3 -Wall -Wno-unused-function
+#cgo LDFLAGS: -lopenblas -lm -lpthread
+#include <stdlib.h>
+#include <string.h>
+#include "vx.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// Limits of the C side.
+const (
+	MaxDims = C.VX_MAX_DIMS
+	MaxSrc  = C.VX_MAX_SRC
+)
+
+// DType is a tensor element type.
+type DType int32
+
+// Element types.
+const (
+	F32 DType = C.VX_F32
+	I32 DType = C.VX_I32
+)
+
+// Op is a kernel (see vx.h for each one's sources and parameters).
+type Op int32
+
+// Operations.
+const (
+	OpCopy            Op = C.VX_OP_COPY
+	OpConcat          Op = C.VX_OP_CONCAT
+	OpPad             Op = C.VX_OP_PAD
+	OpGatherRows      Op = C.VX_OP_GATHER_ROWS
+	OpInterpLinear    Op = C.VX_OP_INTERP_LINEAR
+	OpUnary           Op = C.VX_OP_UNARY
+	OpBinary          Op = C.VX_OP_BINARY
+	OpSnakeBeta       Op = C.VX_OP_SNAKE_BETA
+	OpLayerNorm       Op = C.VX_OP_LAYER_NORM
+	OpRMSNorm         Op = C.VX_OP_RMS_NORM
+	OpGroupNorm       Op = C.VX_OP_GROUP_NORM
+	OpChannelAffine   Op = C.VX_OP_CHANNEL_AFFINE
+	OpSoftmax         Op = C.VX_OP_SOFTMAX
+	OpReduce          Op = C.VX_OP_REDUCE
+	OpCumsum          Op = C.VX_OP_CUMSUM
+	OpMatmul          Op = C.VX_OP_MATMUL
+	OpConv1D          Op = C.VX_OP_CONV1D
+	OpConv2D          Op = C.VX_OP_CONV2D
+	OpConvTranspose1D Op = C.VX_OP_CONV_TRANSPOSE1D
+	OpRoPE            Op = C.VX_OP_ROPE
+	OpAttention       Op = C.VX_OP_ATTENTION
+)
+
+// Unary functions for OpUnary (ip[0]).
+const (
+	UNeg = iota
+	UExp
+	ULog
+	USin
+	UCos
+	USqrt
+	UTanh
+	USigmoid
+	UReLU
+	USiLU
+	UGELUErf
+	UGELUTanh
+	UAbs
+	UClamp
+	UScale
+	USquare
+	URecip
+)
+
+// Binary functions for OpBinary (ip[0]).
+const (
+	BAdd = iota
+	BSub
+	BMul
+	BDiv
+	BMax
+	BMin
+)
+
+// Reductions for OpReduce (ip[1]).
+const (
+	RSum = iota
+	RMean
+	RMax
+	RVar
+)
+
+// CPU features.
+const (
+	CPUAVX2    = C.VX_CPU_AVX2
+	CPUFMA     = C.VX_CPU_FMA
+	CPUAVX512F = C.VX_CPU_AVX512F
+)
+
+var initOnce sync.Once
+var features int
+
+// Init detects the CPU and pins OpenBLAS to one thread (the engine's pool owns the cores).
+// It returns the CPU feature mask. Safe to call many times.
+func Init() int {
+	initOnce.Do(func() { features = int(C.vx_init()) })
+	return features
+}
+
+// ForcePortable makes every kernel take its portable (non-SIMD) path; for tests.
+func ForcePortable(on bool) {
+	Init()
+	v := 0
+	if on {
+		v = 1
+	}
+	C.vx_force_portable(C.int(v))
+}
+
+// Buffer is tensor memory allocated in C (64-byte aligned), so plans can point at it.
+type Buffer struct {
+	ptr   unsafe.Pointer
+	bytes int
+}
+
+// Alloc returns a zeroed buffer of n bytes.
+func Alloc(n int) (*Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("cgo: alloc %d bytes", n)
+	}
+	size := (max(n, 1) + 63) &^ 63
+	p := C.aligned_alloc(64, C.size_t(size))
+	if p == nil {
+		return nil, fmt.Errorf("cgo: out of memory allocating %d bytes", n)
+	}
+	C.memset(p, 0, C.size_t(size))
+	return &Buffer{ptr: p, bytes: n}, nil
+}
+
+// Free releases the buffer; it must not be used afterwards.
+func (b *Buffer) Free() {
+	if b != nil && b.ptr != nil {
+		C.free(b.ptr)
+		b.ptr = nil
+	}
+}
+
+// Bytes is the buffer's size.
+func (b *Buffer) Bytes() int { return b.bytes }
+
+// Ptr is the start of the buffer.
+func (b *Buffer) Ptr() unsafe.Pointer { return b.ptr }
+
+// Float32s views the buffer as float32s (valid until Free).
+func (b *Buffer) Float32s() []float32 { return unsafe.Slice((*float32)(b.ptr), b.bytes/4) }
+
+// Int32s views the buffer as int32s (valid until Free).
+func (b *Buffer) Int32s() []int32 { return unsafe.Slice((*int32)(b.ptr), b.bytes/4) }
+
+// Tensor describes one tensor of a plan: its memory (pointer + element offset), type, shape
+// and strides in elements (0 broadcasts).
+type Tensor struct {
+	Data   unsafe.Pointer
+	DType  DType
+	Shape  []int64
+	Stride []int64
+}
+
+// Contiguous returns row-major strides for shape.
+func Contiguous(shape []int64) []int64 {
+	st := make([]int64, len(shape))
+	s := int64(1)
+	for i := len(shape) - 1; i >= 0; i-- {
+		st[i] = s
+		s *= shape[i]
+	}
+	return st
+}
+
+// Node is one kernel call of a plan.
+type Node struct {
+	Op  Op
+	Src []int // tensor indices
+	Dst int
+	IP  [8]int64
+	FP  [4]float32
+}
+
+// Plan is a compiled node list and tensor table in C memory.
+type Plan struct {
+	nodes    *C.vx_node
+	tensors  *C.vx_tensor
+	nNodes   int
+	nTensors int
+	plan     *C.vx_plan
+}
+
+// NewPlan copies nodes and tensors into C memory.
+func NewPlan(nodes []Node, tensors []Tensor) (*Plan, error) {
+	p := &Plan{nNodes: len(nodes), nTensors: len(tensors)}
+	p.nodes = (*C.vx_node)(C.calloc(C.size_t(max(len(nodes), 1)), C.size_t(unsafe.Sizeof(C.vx_node{}))))
+	p.tensors = (*C.vx_tensor)(C.calloc(C.size_t(max(len(tensors), 1)), C.size_t(unsafe.Sizeof(C.vx_tensor{}))))
+	p.plan = (*C.vx_plan)(C.calloc(1, C.size_t(unsafe.Sizeof(C.vx_plan{}))))
+	if p.nodes == nil || p.tensors == nil || p.plan == nil {
+		p.Free()
+		return nil, errors.New("cgo: out of memory for a plan")
+	}
+	cn := unsafe.Slice(p.nodes, max(len(nodes), 1))
+	for i, n := range nodes {
+		if len(n.Src) > MaxSrc {
+			p.Free()
+			return nil, fmt.Errorf("cgo: node %d has %d sources (max %d)", i, len(n.Src), MaxSrc)
+		}
+		c := &cn[i]
+		c.op = C.int32_t(n.Op)
+		c.n_src = C.int32_t(len(n.Src))
+		for j := range MaxSrc {
+			c.src[j] = -1
+			if j < len(n.Src) {
+				if n.Src[j] < 0 || n.Src[j] >= len(tensors) {
+					p.Free()
+					return nil, fmt.Errorf("cgo: node %d source %d out of range", i, n.Src[j])
+				}
+				c.src[j] = C.int32_t(n.Src[j])
+			}
+		}
+		if n.Dst < 0 || n.Dst >= len(tensors) {
+			p.Free()
+			return nil, fmt.Errorf("cgo: node %d destination %d out of range", i, n.Dst)
+		}
+		c.dst = C.int32_t(n.Dst)
+		for j, v := range n.IP {
+			c.ip[j] = C.int64_t(v)
+		}
+		for j, v := range n.FP {
+			c.fp[j] = C.float(v)
+		}
+	}
+	for i, t := range tensors {
+		if err := p.SetTensor(i, t); err != nil {
+			p.Free()
+			return nil, err
+		}
+	}
+	p.plan.n_nodes = C.int32_t(len(nodes))
+	p.plan.nodes = p.nodes
+	p.plan.n_tensors = C.int32_t(len(tensors))
+	p.plan.tensors = p.tensors
+	return p, nil
+}
+
+// SetTensor replaces tensor i's description (e.g. to point an input at new memory).
+func (p *Plan) SetTensor(i int, t Tensor) error {
+	if i < 0 || i >= p.nTensors {
+		return fmt.Errorf("cgo: tensor %d out of range", i)
+	}
+	if len(t.Shape) > MaxDims || len(t.Stride) != len(t.Shape) {
+		return fmt.Errorf("cgo: tensor %d: %d dims with %d strides (max %d dims)", i, len(t.Shape), len(t.Stride), MaxDims)
+	}
+	c := &unsafe.Slice(p.tensors, p.nTensors)[i]
+	c.data = t.Data
+	c.dtype = C.int32_t(t.DType)
+	c.ndim = C.int32_t(len(t.Shape))
+	for j := range MaxDims {
+		c.shape[j], c.stride[j] = 1, 0
+		if j < len(t.Shape) {
+			c.shape[j], c.stride[j] = C.int64_t(t.Shape[j]), C.int64_t(t.Stride[j])
+		}
+	}
+	return nil
+}
+
+// SetData points tensor i at new memory.
+func (p *Plan) SetData(i int, data unsafe.Pointer) {
+	unsafe.Slice(p.tensors, p.nTensors)[i].data = data
+}
+
+// Free releases the plan's C memory.
+func (p *Plan) Free() {
+	for _, q := range []unsafe.Pointer{unsafe.Pointer(p.nodes), unsafe.Pointer(p.tensors), unsafe.Pointer(p.plan)} {
+		if q != nil {
+			C.free(q)
+		}
+	}
+	p.nodes, p.tensors, p.plan = nil, nil, nil
+}
+
+// Context runs plans on its own threads.
+type Context struct {
+	c *C.vx_ctx
+}
+
+// NewContext returns a context with n threads (the calling thread included).
+func NewContext(threads int) (*Context, error) {
+	Init()
+	c := C.vx_ctx_new(C.int(threads))
+	if c == nil {
+		return nil, errors.New("cgo: cannot create an execution context")
+	}
+	return &Context{c: c}, nil
+}
+
+// Threads is the context's thread count.
+func (c *Context) Threads() int { return int(C.vx_ctx_threads(c.c)) }
+
+// Close stops the context's threads.
+func (c *Context) Close() {
+	if c.c != nil {
+		C.vx_ctx_free(c.c)
+		c.c = nil
+	}
+}
+
+// ExecError is a kernel failure, naming the node.
+type ExecError struct {
+	Node int
+	Code int
+}
+
+func (e *ExecError) Error() string {
+	what := map[int]string{C.VX_ERR_BAD_OP: "unknown op", C.VX_ERR_BAD_SHAPE: "bad shape",
+		C.VX_ERR_UNIMPLEMENTED: "not implemented", C.VX_ERR_NOMEM: "out of memory"}[e.Code]
+	return fmt.Sprintf("cgo: node %d: %s (code %d)", e.Node, what, e.Code)
+}
+
+// Execute runs the whole plan in one call.
+func (c *Context) Execute(p *Plan) error {
+	var failed C.int32_t
+	if rc := C.vx_execute(c.c, p.plan, &failed); rc != C.VX_OK {
+		return &ExecError{Node: int(failed), Code: int(rc)}
+	}
+	return nil
+}

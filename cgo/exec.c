@@ -1,0 +1,58 @@
+/* Plan executor: dispatches each node to its kernel. The thread pool lives in pool.c. */
+#include "vx.h"
+
+static const vx_kernel_fn kernels[VX_OP_COUNT] = {
+	[VX_OP_COPY] = vx_k_copy,
+	[VX_OP_CONCAT] = vx_k_concat,
+	[VX_OP_PAD] = vx_k_pad,
+	[VX_OP_GATHER_ROWS] = vx_k_gather_rows,
+	[VX_OP_INTERP_LINEAR] = vx_k_interp_linear,
+	[VX_OP_UNARY] = vx_k_unary,
+	[VX_OP_BINARY] = vx_k_binary,
+	[VX_OP_SNAKE_BETA] = vx_k_snake_beta,
+	[VX_OP_LAYER_NORM] = vx_k_layer_norm,
+	[VX_OP_RMS_NORM] = vx_k_rms_norm,
+	[VX_OP_GROUP_NORM] = vx_k_group_norm,
+	[VX_OP_CHANNEL_AFFINE] = vx_k_channel_affine,
+	[VX_OP_SOFTMAX] = vx_k_softmax,
+	[VX_OP_REDUCE] = vx_k_reduce,
+	[VX_OP_CUMSUM] = vx_k_cumsum,
+	[VX_OP_MATMUL] = vx_k_matmul,
+	[VX_OP_CONV1D] = vx_k_conv1d,
+	[VX_OP_CONV2D] = vx_k_conv2d,
+	[VX_OP_CONV_TRANSPOSE1D] = vx_k_conv_transpose1d,
+	[VX_OP_ROPE] = vx_k_rope,
+	[VX_OP_ATTENTION] = vx_k_attention,
+};
+
+int vx_execute(vx_ctx *ctx, const vx_plan *plan, int32_t *failed_node) {
+	for (int32_t i = 0; i < plan->n_nodes; i++) {
+		const vx_node *n = &plan->nodes[i];
+		int err = VX_ERR_BAD_OP;
+		if (n->op > VX_OP_NONE && n->op < VX_OP_COUNT && kernels[n->op])
+			err = kernels[n->op](ctx, n, plan->tensors);
+		if (err != VX_OK) {
+			if (failed_node)
+				*failed_node = i;
+			return err;
+		}
+	}
+	return VX_OK;
+}
+
+int64_t vx_numel(const vx_tensor *t) {
+	int64_t n = 1;
+	for (int i = 0; i < t->ndim; i++)
+		n *= t->shape[i];
+	return n;
+}
+
+int vx_is_contiguous(const vx_tensor *t) {
+	int64_t want = 1;
+	for (int i = t->ndim - 1; i >= 0; i--) {
+		if (t->shape[i] != 1 && t->stride[i] != want)
+			return 0;
+		want *= t->shape[i];
+	}
+	return 1;
+}

@@ -1,0 +1,155 @@
+/* voxpipe inference engine: the C side. One plan is a list of nodes over a table of tensors;
+ * vx_execute runs the whole plan in one call. Tensors are float32 (or int32 for indices),
+ * shapes in PyTorch order (outermost first), strides in elements. The Go side (engine/)
+ * resolves every tensor's data pointer (arena offset, persistent buffer, input, output)
+ * before execution; C never allocates tensor memory and never sees Go memory. */
+#ifndef VX_H
+#define VX_H
+
+#include <stdint.h>
+
+#define VX_MAX_DIMS 5
+#define VX_MAX_SRC 8
+
+typedef enum { VX_F32 = 0, VX_I32 = 1 } vx_dtype;
+
+typedef struct {
+	void *data;                      /* first element (already offset for views) */
+	int32_t dtype;                   /* vx_dtype */
+	int32_t ndim;                    /* 0..VX_MAX_DIMS */
+	int64_t shape[VX_MAX_DIMS];      /* PyTorch order */
+	int64_t stride[VX_MAX_DIMS];     /* elements; 0 = broadcast along that dim */
+} vx_tensor;
+
+/* Operations. The comment gives sources (by index), destination and parameters.
+ * Unless a comment says "strided", sources and destination are contiguous (row-major).
+ * "last" = the innermost dimension. ip = iparams, fp = fparams. */
+typedef enum {
+	VX_OP_NONE = 0,
+	/* data movement */
+	VX_OP_COPY,        /* dst = src0 (strided, same shape; stride 0 broadcasts: repeat/expand) */
+	VX_OP_CONCAT,      /* dst = cat(src0..src[n-1]) along ip[0]=axis */
+	VX_OP_PAD,         /* dst = pad src0 on axis ip[0] by ip[1] before, ip[2] after; ip[3] mode
+	                      0 constant fp[0], 1 reflect, 2 replicate */
+	VX_OP_GATHER_ROWS, /* src0 table [N, D] f32, src1 idx [M] i32 -> dst [M, D] */
+	VX_OP_INTERP_LINEAR, /* src0 [..., T] -> dst [..., T'] linear along last, align_corners=false */
+	/* elementwise */
+	VX_OP_UNARY,       /* dst = f(src0), ip[0] = vx_unary; fp[0], fp[1] params (clamp min/max,
+	                      scale: dst = fp[0]*x + fp[1]) ; dst may alias src0 */
+	VX_OP_BINARY,      /* dst = src0 (op) src1, ip[0] = vx_binary; both strided with broadcast
+	                      strides (0), dst contiguous with the broadcast shape; may alias src0 */
+	VX_OP_SNAKE_BETA,  /* src0 x [B, C, T], src1 alpha [C], src2 beta [C] (log scale):
+	                      x + 1/(exp(beta)+1e-9) * sin(x*exp(alpha))^2 */
+	/* normalisation */
+	VX_OP_LAYER_NORM,  /* over last; src1 weight, src2 bias optional (n_src 1..3); fp[0] eps */
+	VX_OP_RMS_NORM,    /* over last; src1 weight optional; fp[0] eps */
+	VX_OP_GROUP_NORM,  /* src0 [B, C, T...], ip[0] groups; src1 weight [C], src2 bias [C] optional;
+	                      fp[0] eps (instance norm = groups C) */
+	VX_OP_CHANNEL_AFFINE, /* src0 [B, C, T...]: dst = x*src1[c] + src2[c] (batch norm, folded) */
+	VX_OP_SOFTMAX,     /* over last; src1 additive mask optional, strided/broadcast to src0;
+	                      fp[0] scale applied to x before the mask (1 = none) */
+	/* reductions and scans */
+	VX_OP_REDUCE,      /* reduce axis ip[0] of src0, ip[1] = vx_reduce, keepdim in dst shape */
+	VX_OP_CUMSUM,      /* cumulative sum along axis ip[0] */
+	/* linear algebra */
+	VX_OP_MATMUL,      /* src0 A [.., M, K] strided batch, src1 B [.., K, N] or, ip[0]=1,
+	                      B^T given as [.., N, K]; batch dims broadcast (stride 0);
+	                      src2 bias [N] optional; dst [.., M, N] */
+	VX_OP_CONV1D,      /* src0 x [B, Cin, T], src1 w [Cout, Cin/g, K], src2 bias [Cout] opt;
+	                      ip: 0 stride, 1 pad_left, 2 pad_right, 3 dilation, 4 groups */
+	VX_OP_CONV2D,      /* src0 x [B, Cin, H, W], src1 w [Cout, Cin/g, KH, KW], src2 bias opt;
+	                      ip: 0 stride_h, 1 stride_w, 2 pad_h, 3 pad_w, 4 dil_h, 5 dil_w, 6 groups */
+	VX_OP_CONV_TRANSPOSE1D, /* src0 x [B, Cin, T], src1 w [Cin, Cout/g, K], src2 bias opt;
+	                      ip: 0 stride, 1 padding, 2 output_padding, 3 dilation, 4 groups */
+	VX_OP_ROPE,        /* src0 x [B, H, T, D], src1 positions [T] i32; ip[0] rotary dims
+	                      (<= D, rest passed through), ip[1] 0 = interleaved pairs, 1 = rotate-half;
+	                      fp[0] theta */
+	VX_OP_ATTENTION,   /* src0 q [B, H, Tq, D], src1 k [B, Hk, Tk, D], src2 v [B, Hk, Tk, Dv]
+	                      (H % Hk == 0: grouped-query), src3 additive mask [Tq, Tk] optional,
+	                      src4 additive bias [H, Tq, Tk] optional (strided/broadcast);
+	                      fp[0] scale; ip[0] = has mask, ip[1] = has bias; dst [B, H, Tq, Dv] */
+	VX_OP_COUNT
+} vx_op;
+
+typedef enum {
+	VX_U_NEG = 0, VX_U_EXP, VX_U_LOG, VX_U_SIN, VX_U_COS, VX_U_SQRT, VX_U_TANH, VX_U_SIGMOID,
+	VX_U_RELU, VX_U_SILU, VX_U_GELU_ERF, VX_U_GELU_TANH, VX_U_ABS, VX_U_CLAMP, VX_U_SCALE,
+	VX_U_SQUARE, VX_U_RECIP, VX_U_COUNT
+} vx_unary;
+
+typedef enum { VX_B_ADD = 0, VX_B_SUB, VX_B_MUL, VX_B_DIV, VX_B_MAX, VX_B_MIN, VX_B_COUNT } vx_binary;
+
+typedef enum { VX_R_SUM = 0, VX_R_MEAN, VX_R_MAX, VX_R_VAR, VX_R_COUNT } vx_reduce;
+
+typedef struct {
+	int32_t op;                /* vx_op */
+	int32_t n_src;
+	int32_t src[VX_MAX_SRC];   /* tensor indices, -1 unused */
+	int32_t dst;               /* tensor index */
+	int64_t ip[8];
+	float fp[4];
+} vx_node;
+
+typedef struct {
+	int32_t n_nodes;
+	const vx_node *nodes;
+	int32_t n_tensors;
+	const vx_tensor *tensors;
+} vx_plan;
+
+/* Errors: 0 ok; otherwise the failing node index is written to *failed_node. */
+enum { VX_OK = 0, VX_ERR_BAD_OP = 1, VX_ERR_BAD_SHAPE = 2, VX_ERR_UNIMPLEMENTED = 3, VX_ERR_NOMEM = 4 };
+
+/* One context per executing session: its thread count and scratch. */
+typedef struct vx_ctx vx_ctx;
+
+/* vx_init sets up the process: CPU feature detection, OpenBLAS pinned to one thread (our
+ * pool owns the cores). Idempotent. Returns a bitmask of vx_cpu features. */
+enum { VX_CPU_AVX2 = 1, VX_CPU_FMA = 2, VX_CPU_AVX512F = 4 };
+int vx_init(void);
+/* vx_force_portable(1) makes every kernel take its portable path (tests compare both). */
+void vx_force_portable(int on);
+
+vx_ctx *vx_ctx_new(int n_threads);
+void vx_ctx_free(vx_ctx *ctx);
+int vx_ctx_threads(const vx_ctx *ctx);
+
+int vx_execute(vx_ctx *ctx, const vx_plan *plan, int32_t *failed_node);
+
+/* ---- internal: kernels and the thread pool (implemented across the .c files here) ---- */
+
+/* Run fn(arg, i) for i in [0, n) on the context's threads; returns when all are done. */
+typedef void (*vx_task_fn)(void *arg, int64_t i);
+void vx_parallel_for(vx_ctx *ctx, int64_t n, vx_task_fn fn, void *arg);
+
+/* Every kernel has this signature; t is the plan's tensor table. */
+typedef int (*vx_kernel_fn)(vx_ctx *ctx, const vx_node *node, const vx_tensor *t);
+
+int vx_k_copy(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_concat(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_pad(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_gather_rows(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_interp_linear(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_unary(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_binary(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_snake_beta(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_layer_norm(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_rms_norm(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_group_norm(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_channel_affine(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_softmax(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_reduce(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_cumsum(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_matmul(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_conv1d(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_conv2d(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_conv_transpose1d(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_rope(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_attention(vx_ctx *, const vx_node *, const vx_tensor *);
+
+/* Shared helpers (vx_util.c). */
+int64_t vx_numel(const vx_tensor *t);
+int vx_is_contiguous(const vx_tensor *t);
+extern int vx_cpu_features; /* set by vx_init, masked by vx_force_portable */
+
+#endif
