@@ -1,0 +1,232 @@
+// Package engine is the Go side of voxpipe's inference engine: a graph builder with shape
+// checks, a liveness planner that packs intermediates into one arena, persistent buffers that
+// survive executions, and the Backend interface (CPU first) that runs a compiled plan in one
+// call. Shapes are in PyTorch order.
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/voxpipe/voxpipe/cgo"
+)
+
+// DType is a tensor element type.
+type DType = cgo.DType
+
+// Element types.
+const (
+	F32 = cgo.F32
+	I32 = cgo.I32
+)
+
+type tensorKind int
+
+const (
+	kindIntermediate tensorKind = iota
+	kindInput
+	kindPersistent
+)
+
+// Tensor is a value in a Graph: a node's result, an input, a persistent buffer, or a view of
+// one of those.
+type Tensor struct {
+	g  *Graph
+	id int
+}
+
+type tensorInfo struct {
+	shape   []int64
+	stride  []int64
+	dtype   DType
+	kind    tensorKind
+	base    int   // storage tensor id (itself unless a view)
+	offset  int64 // elements from the base's first element
+	name    string
+	persist *Buffer // kindPersistent
+	output  string  // non-empty: graph output under this name
+	view    bool    // shares the storage of base
+}
+
+type node struct {
+	op    cgo.Op
+	src   []int
+	dst   int
+	ip    [8]int64
+	fp    [4]float32
+	label string
+	alias bool // may run in place on src[0]
+}
+
+// Graph is a computation being built. Ops check shapes as they are added; the first error
+// is kept (with the op, the shapes and the current label) and returned by Err and Compile,
+// so model code can build without checking every call.
+type Graph struct {
+	name    string
+	label   string
+	tensors []tensorInfo
+	nodes   []node
+	inputs  map[string]int
+	outputs map[string]int
+	err     error
+}
+
+// NewGraph starts an empty graph.
+func NewGraph(name string) *Graph {
+	return &Graph{name: name, inputs: map[string]int{}, outputs: map[string]int{}}
+}
+
+// Label sets the model-level name used in errors for the ops that follow (e.g.
+// "encoder.layers.3.attn").
+func (g *Graph) Label(s string) { g.label = s }
+
+// Err is the first build error, if any.
+func (g *Graph) Err() error { return g.err }
+
+func (g *Graph) fail(op string, why string, ts ...Tensor) Tensor {
+	if g.err == nil {
+		shapes := make([]string, len(ts))
+		for i, t := range ts {
+			shapes[i] = fmt.Sprint(t.Shape())
+		}
+		where := g.name
+		if g.label != "" {
+			where += ": " + g.label
+		}
+		g.err = fmt.Errorf("engine: %s: %s(%s): %s", where, op, strings.Join(shapes, ", "), why)
+	}
+	return g.dummy()
+}
+
+// dummy is what a failed op returns: a valid scalar so building can continue.
+func (g *Graph) dummy() Tensor {
+	return g.newTensor(tensorInfo{shape: []int64{1}, dtype: F32})
+}
+
+func (g *Graph) newTensor(ti tensorInfo) Tensor {
+	id := len(g.tensors)
+	if ti.stride == nil {
+		ti.stride = cgo.Contiguous(ti.shape)
+	}
+	if !ti.view {
+		ti.base = id
+	}
+	g.tensors = append(g.tensors, ti)
+	return Tensor{g, id}
+}
+
+// view makes a tensor that reads t's storage with another shape, strides and offset.
+func (g *Graph) view(t Tensor, shape, stride []int64, offset int64) Tensor {
+	ti := t.info()
+	return g.newTensor(tensorInfo{shape: shape, stride: stride, dtype: ti.dtype, kind: ti.kind,
+		base: ti.base, offset: ti.offset + offset, view: true, persist: ti.persist, name: ti.name})
+}
+
+func (t Tensor) info() *tensorInfo { return &t.g.tensors[t.id] }
+
+// Shape is the tensor's shape (PyTorch order).
+func (t Tensor) Shape() []int64 { return slices.Clone(t.info().shape) }
+
+// Dim is the size of axis i (negative counts from the end).
+func (t Tensor) Dim(i int) int64 {
+	s := t.info().shape
+	if i < 0 {
+		i += len(s)
+	}
+	if i < 0 || i >= len(s) {
+		return 0
+	}
+	return s[i]
+}
+
+// Rank is the number of dimensions.
+func (t Tensor) Rank() int { return len(t.info().shape) }
+
+// DType is the element type.
+func (t Tensor) DType() DType { return t.info().dtype }
+
+func numel(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+func validShape(shape []int64) bool {
+	if len(shape) > cgo.MaxDims {
+		return false
+	}
+	for _, d := range shape {
+		if d <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Input declares a graph input filled by the caller before each run.
+func (g *Graph) Input(name string, dtype DType, shape ...int64) Tensor {
+	if _, dup := g.inputs[name]; dup {
+		return g.fail("Input", fmt.Sprintf("input %q declared twice", name))
+	}
+	if !validShape(shape) {
+		return g.fail("Input", fmt.Sprintf("input %q: invalid shape %v", name, shape))
+	}
+	t := g.newTensor(tensorInfo{shape: slices.Clone(shape), dtype: dtype, kind: kindInput, name: name})
+	g.inputs[name] = t.id
+	return t
+}
+
+// Persistent uses a buffer that lives outside the arena and survives executions: weights,
+// caches, streaming state, per-shape constants.
+func (g *Graph) Persistent(b *Buffer) Tensor {
+	if b == nil {
+		return g.fail("Persistent", "nil buffer")
+	}
+	return g.newTensor(tensorInfo{shape: slices.Clone(b.shape), dtype: b.dtype, kind: kindPersistent, name: b.name, persist: b})
+}
+
+// Output marks t as a result readable after each run under name. Outputs live outside the
+// arena, so nothing later overwrites them.
+func (g *Graph) Output(name string, t Tensor) {
+	if g.err != nil {
+		return
+	}
+	if _, dup := g.outputs[name]; dup {
+		g.fail("Output", fmt.Sprintf("output %q declared twice", name), t)
+		return
+	}
+	ti := t.info()
+	if ti.kind != kindIntermediate || ti.view || ti.output != "" {
+		// An input, a persistent buffer, a view or another output: copy it out.
+		t = g.copyOf(t)
+		ti = t.info()
+	}
+	ti.output = name
+	g.outputs[name] = t.id
+}
+
+// addNode appends a node producing a new contiguous tensor of the given shape.
+func (g *Graph) addNode(op cgo.Op, shape []int64, dtype DType, src []Tensor, ip [8]int64, fp [4]float32) Tensor {
+	out := g.newTensor(tensorInfo{shape: shape, dtype: dtype})
+	ids := make([]int, len(src))
+	for i, s := range src {
+		ids[i] = s.id
+	}
+	g.nodes = append(g.nodes, node{op: op, src: ids, dst: out.id, ip: ip, fp: fp, label: g.label})
+	return out
+}
+
+func (g *Graph) owns(ts ...Tensor) bool {
+	for _, t := range ts {
+		if t.g != g {
+			return false
+		}
+	}
+	return true
+}
+
+// NumNodes is the number of kernel calls so far.
+func (g *Graph) NumNodes() int { return len(g.nodes) }
