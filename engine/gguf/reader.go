@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/bits"
 	"os"
@@ -77,6 +78,10 @@ type File struct {
 func Open(path string) (*File, error) {
 	data, unmap, err := mapFile(path)
 	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is already in the message
+		}
 		return nil, fmt.Errorf("gguf: open %s: %w", path, err)
 	}
 	f, err := Parse(data)
@@ -141,31 +146,34 @@ func (f *File) TensorData(name string) ([]byte, *TensorInfo, error) {
 }
 
 // Float32 returns a copy of a tensor's data converted to float32, and its shape in PyTorch
-// order (outermost first, so the data is row-major in that shape). F32 and F16 are
-// supported; other types return an error naming the type.
+// order (outermost first, so the data is row-major in that shape) as the ggml dims give it.
+// F32, F16, BF16, Q8_0 and Q4_K are supported (see Dequantize); other types return an error
+// naming the type.
 func (f *File) Float32(name string) ([]float32, []int, error) {
 	raw, t, err := f.TensorData(name)
 	if err != nil {
 		return nil, nil, err
 	}
-	n := t.NumElements()
-	if n > uint64(math.MaxInt) {
-		return nil, nil, fmt.Errorf("gguf: tensor %q: %d elements is too many", name, n)
-	}
-	out := make([]float32, n)
-	switch t.Type {
-	case F32:
-		for i := range out {
-			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-		}
-	case F16:
-		for i := range out {
-			out[i] = HalfToFloat32(binary.LittleEndian.Uint16(raw[2*i:]))
-		}
-	default:
-		return nil, nil, fmt.Errorf("gguf: tensor %q: dtype %s not supported yet", name, t.Type)
+	out, err := dequantTensor(raw, t)
+	if err != nil {
+		return nil, nil, err
 	}
 	return out, t.Shape(), nil
+}
+
+func dequantTensor(raw []byte, t *TensorInfo) ([]float32, error) {
+	if !CanDequantize(t.Type) {
+		return nil, fmt.Errorf("gguf: tensor %q: dtype %s not supported (supported: F32, F16, BF16, Q8_0, Q4_K)", t.Name, t.Type)
+	}
+	n := t.NumElements()
+	if n > uint64(math.MaxInt) {
+		return nil, fmt.Errorf("gguf: tensor %q: %d elements is too many", t.Name, n)
+	}
+	out := make([]float32, n)
+	if err := Dequantize(out, raw, t.Type); err != nil {
+		return nil, fmt.Errorf("gguf: tensor %q: %w", t.Name, err)
+	}
+	return out, nil
 }
 
 // parser reads the header of a GGUF file, checking every read against the data length.
@@ -239,7 +247,7 @@ func (p *parser) parse() (*File, error) {
 		if len(p.b) < 4 {
 			return nil, fmt.Errorf("gguf: file too short (%d bytes) for the magic", len(p.b))
 		}
-		return nil, fmt.Errorf("gguf: bad magic %q, want %q", p.b[:4], Magic)
+		return nil, fmt.Errorf("gguf: not a GGUF file: bad magic %q, want %q", p.b[:4], Magic)
 	}
 	p.off = 4
 	version, err := p.u32("version")

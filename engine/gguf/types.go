@@ -13,6 +13,11 @@
 // u64 count and the elements. Tensor dims are stored in ggml order, innermost (fastest
 // varying) first, which is the reverse of the PyTorch shape.
 //
+// Tensor data is dequantised to float32 on load (Dequantize, File.Float32): F32, F16, BF16,
+// Q8_0 and Q4_K, bit-exact with ggml's reference dequantisers. Model is the view used to
+// load weights: logical names, PyTorch-order shapes, namespaces and embedded files in the
+// packaging of the audio.cpp model files (falling back to plain GGUF names and shapes).
+//
 // The parser treats its input as hostile: every count, length, dimension and offset is
 // checked against the size of the file before anything is allocated, so a corrupt or
 // malicious file produces an error, never a panic or a huge allocation.
