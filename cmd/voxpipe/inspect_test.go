@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -274,5 +275,39 @@ func TestInspectErrors(t *testing.T) {
 	}
 	if _, stderr, code := inspectCmd(t, truncated); !strings.HasPrefix(stderr, "voxpipe inspect: gguf: ") || code != 1 {
 		t.Errorf("truncated: %q exit %d", stderr, code)
+	}
+}
+
+func TestMkmodelTinyMatchesTheGoldenLayout(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "tiny.gguf")
+	if _, stderr, code := runCmd(t, "mkmodel", "--family", "miotts", "--dims", "tiny", "--seed", "3", "--out", out); code != 0 {
+		t.Fatalf("mkmodel: %s", stderr)
+	}
+	made, err := gguf.OpenModel(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer made.Close()
+	golden := filepath.Join(inspectGoldenDir(t), "miotts", "model.gguf")
+	ref, err := gguf.OpenModel(golden)
+	if err != nil {
+		t.Skipf("golden model not available: %v", err)
+	}
+	defer ref.Close()
+	if !slices.Equal(made.Names(), ref.Names()) {
+		t.Fatalf("tensor names differ from the golden model:\n%v\n%v", made.Names(), ref.Names())
+	}
+	for _, n := range ref.Names() {
+		_, a, _ := made.Get(n)
+		_, b, _ := ref.Get(n)
+		if !slices.Equal(a, b) {
+			t.Errorf("%s: shape %v, golden %v", n, a, b)
+		}
+	}
+	if _, ok := made.EmbeddedFile("config.json"); !ok {
+		t.Error("no embedded config.json")
+	}
+	if _, stderr, code := runCmd(t, "mkmodel", "--family", "meanvc2", "--out", out); code == 0 || !strings.Contains(stderr, "lands with") {
+		t.Errorf("meanvc2 without a table: exit %d, %q", code, stderr)
 	}
 }

@@ -21,7 +21,9 @@ var commands = []command{
 	{"convert", "convert a WAV file through a voice: convert IN.wav OUT.wav --voice dsp --pitch 4", runConvert},
 	{"bridge", "live mic → voice → output device (e.g. a virtual cable for OBS)", runBridge},
 	{"devices", "list local audio input and output devices", runDevices},
+	{"mkmodel", "write a random-weight model file at real or tiny dimensions (for benchmarks)", runMkmodel},
 	{"bench", "benchmarks: bench loopback --sessions N --seconds S --json", runBench},
+	{"inspect", "show a GGUF model file: metadata, embedded files, tensors", runInspect},
 }
 
 func usage(w io.Writer) {

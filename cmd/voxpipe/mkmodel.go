@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/models/qwen3"
+)
+
+func runMkmodel(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("mkmodel", "mkmodel --family miotts [--dims real|tiny] [--size 0.6b|1.7b] [--seed N] --out FILE.gguf", stderr)
+	family := fs.String("family", "", "model family: miotts (meanvc2 and miocodec tables land with their models)")
+	dims := fs.String("dims", "real", "real: a published model's dimensions; tiny: the golden test model's")
+	size := fs.String("size", "0.6b", "miotts size with --dims real: 0.6b or 1.7b")
+	seed := fs.Uint64("seed", 1, "random seed")
+	out := fs.String("out", "", "output file")
+	dtype := fs.String("dtype", "f32", "stored weight type: f32 or f16")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	if *out == "" {
+		fs.Usage()
+		return errors.New("--out is required")
+	}
+	var wt gguf.DType
+	switch *dtype {
+	case "f32":
+		wt = gguf.F32
+	case "f16":
+		wt = gguf.F16
+	default:
+		return fmt.Errorf("--dtype %q: use f32 or f16", *dtype)
+	}
+	switch *family {
+	case "miotts":
+	case "meanvc2", "miocodec":
+		return fmt.Errorf("family %s: its shape table lands with the %s model; available now: miotts", *family, *family)
+	default:
+		return fmt.Errorf("unknown family %q (available: miotts)", *family)
+	}
+	key := *size
+	switch *dims {
+	case "tiny":
+		key = "tiny"
+	case "real":
+	default:
+		return fmt.Errorf("--dims %q: use real or tiny", *dims)
+	}
+	cfg, ok := qwen3.Sizes[strings.ToLower(key)]
+	if !ok || key == "tiny" && *dims != "tiny" {
+		return fmt.Errorf("unknown miotts size %q (0.6b or 1.7b)", *size)
+	}
+	start := time.Now()
+	kv, tensors, files, err := miottsModel(cfg, key, *seed, wt, stderr)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	fmt.Fprintf(stderr, "writing %s…\n", *out)
+	if err := gguf.WritePackaged(w, kv, tensors, files); err != nil {
+		f.Close()
+		os.Remove(*out)
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	st, _ := os.Stat(*out)
+	fmt.Fprintf(stdout, "wrote %s: miotts %s, %d tensors, %.1f MB, random weights (seed %d) in %.1f s\n",
+		*out, key, len(tensors), float64(st.Size())/1e6, *seed, time.Since(start).Seconds())
+	return nil
+}
+
+// miottsModel makes a random-weight MioTTS LM: norms 1 + 0.1·N(0,1), matrices N(0, 1/fan_in),
+// with its config.json and generation_config.json embedded.
+func miottsModel(cfg qwen3.Config, size string, seed uint64, dt gguf.DType, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, error) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	specs := cfg.Tensors()
+	tensors := make([]gguf.WriteTensor, len(specs))
+	for i, s := range specs {
+		n := 1
+		for _, d := range s.Shape {
+			n *= d
+		}
+		data := make([]float32, n)
+		if len(s.Shape) == 1 {
+			for j := range data {
+				data[j] = float32(1 + 0.1*rng.NormFloat64())
+			}
+		} else {
+			sd := 1 / math.Sqrt(float64(s.Shape[len(s.Shape)-1]))
+			for j := range data {
+				data[j] = float32(sd * rng.NormFloat64())
+			}
+		}
+		tensors[i] = gguf.WriteTensor{Name: s.Name, Shape: s.Shape, Type: dt, Data: data}
+		if (i+1)%50 == 0 {
+			fmt.Fprintf(progress, "  %d/%d tensors\n", i+1, len(specs))
+		}
+	}
+	conf, err := cfg.JSON()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	gen := fmt.Appendf(nil, `{"do_sample": true, "temperature": 0.8, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "max_new_tokens": 700, "eos_token_id": %d, "pad_token_id": %d}`,
+		cfg.EOSTokenID, cfg.PadTokenID)
+	kv := gguf.KV{}
+	for k, v := range map[string]any{
+		"general.architecture":        "audiocpp",
+		"general.name":                "miotts-" + size + "-random",
+		"audiocpp.model_spec.family":  "miotts",
+		"audiocpp.tensor_name_format": "native",
+	} {
+		if err := kv.Set(k, v); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	files := []gguf.EmbeddedFile{{Name: "config.json", Data: conf}, {Name: "generation_config.json", Data: gen}}
+	return kv, tensors, files, nil
+}
