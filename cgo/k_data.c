@@ -9,75 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "vx.h"
-
-/* ---- shared helpers (each kernel file keeps its own static copy) ---- */
-
-static const vx_tensor *src_at(const vx_node *n, const vx_tensor *t, int i) {
-	return (i < n->n_src && n->src[i] >= 0) ? &t[n->src[i]] : NULL;
-}
-
-static int tensor_ok(const vx_tensor *x, int dtype) {
-	if (!x || x->ndim < 0 || x->ndim > VX_MAX_DIMS || (dtype >= 0 && x->dtype != dtype))
-		return 0;
-	if (x->dtype != VX_F32 && x->dtype != VX_I32)
-		return 0;
-	int64_t n = 1;
-	for (int i = 0; i < x->ndim; i++) {
-		if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40))
-			return 0;
-		n *= x->shape[i];
-		if (n > ((int64_t)1 << 44))
-			return 0;
-	}
-	return n == 0 || x->data != NULL;
-}
-
-static void pad5(const vx_tensor *x, int64_t sh[5], int64_t st[5]) {
-	int off = VX_MAX_DIMS - x->ndim;
-	for (int i = 0; i < VX_MAX_DIMS; i++) {
-		sh[i] = i < off ? 1 : x->shape[i - off];
-		st[i] = i < off ? 0 : x->stride[i - off];
-	}
-}
-
-typedef void (*seg_fn)(void *arg, int64_t row, int64_t lo, int64_t hi);
-typedef struct {
-	int64_t len, parts, items, ntask;
-	seg_fn fn;
-	void *arg;
-} seg_job;
-
-static void seg_task(void *p, int64_t i) {
-	const seg_job *j = p;
-	int64_t a = j->items * i / j->ntask, b = j->items * (i + 1) / j->ntask;
-	for (int64_t it = a; it < b; it++) {
-		int64_t row = it / j->parts, part = it % j->parts;
-		j->fn(j->arg, row, j->len * part / j->parts, j->len * (part + 1) / j->parts);
-	}
-}
-
-static void run_segs(vx_ctx *ctx, int64_t rows, int64_t len, double cost, int splittable, seg_fn fn,
-                     void *arg) {
-	if (rows <= 0 || len <= 0)
-		return;
-	seg_job j = {.len = len, .parts = 1, .items = rows, .ntask = 1, .fn = fn, .arg = arg};
-	int th = vx_ctx_threads(ctx);
-	if (th > 1 && (double)rows * (double)len * cost >= 32768.0) {
-		int64_t want = 4 * (int64_t)th;
-		if (splittable && rows < want && len >= 4096) {
-			j.parts = (want + rows - 1) / rows;
-			if (j.parts > len / 2048)
-				j.parts = len / 2048;
-		}
-		j.items = rows * j.parts;
-		j.ntask = j.items < want ? j.items : want;
-	}
-	if (j.ntask == 1)
-		seg_task(&j, 0);
-	else
-		vx_parallel_for(ctx, j.ntask, seg_task, &j);
-}
+#include "kern.h"
 
 /* ---- strided N-d copy of 4-byte elements ---- */
 
@@ -164,18 +96,18 @@ static void copy_nd(vx_ctx *ctx, int nd, const int64_t *shape, void *d, const in
 		if (i < n - 1)
 			rows *= sh[i];
 	}
-	run_segs(ctx, rows, sh[n - 1], 1.0, 1, copy_seg, &j);
+	vx_run_segs(ctx, rows, sh[n - 1], 1.0, 2048, copy_seg, &j);
 }
 
 /* ---- COPY ---- */
 
 int vx_k_copy(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (node->n_src != 1 || !tensor_ok(x, -1) || !tensor_ok(y, x ? x->dtype : -1) || !vx_is_contiguous(y))
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (node->n_src != 1 || !vx_tensor_ok(x, -1) || !vx_tensor_ok(y, x ? x->dtype : -1) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t sx[5], sy[5], stx[5], sty[5];
-	pad5(x, sx, stx);
-	pad5(y, sy, sty);
+	vx_pad5(x, sx, stx);
+	vx_pad5(y, sy, sty);
 	if (memcmp(sx, sy, sizeof sx) != 0)
 		return VX_ERR_BAD_SHAPE;
 	if (x->data == y->data && vx_is_contiguous(x))
@@ -199,15 +131,15 @@ static int norm_axis(int64_t axis, int ndim) {
 
 int vx_k_concat(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *y = &t[node->dst];
-	if (!tensor_ok(y, -1) || !vx_is_contiguous(y) || node->n_src < 1 || node->n_src > VX_MAX_SRC)
+	if (!vx_tensor_ok(y, -1) || !vx_is_contiguous(y) || node->n_src < 1 || node->n_src > VX_MAX_SRC)
 		return VX_ERR_BAD_SHAPE;
 	int axis = norm_axis(node->ip[0], y->ndim);
 	if (axis < 0)
 		return VX_ERR_BAD_SHAPE;
 	int64_t total = 0;
 	for (int k = 0; k < node->n_src; k++) {
-		const vx_tensor *x = src_at(node, t, k);
-		if (!tensor_ok(x, y->dtype) || x->ndim != y->ndim)
+		const vx_tensor *x = vx_src(node, t, k);
+		if (!vx_tensor_ok(x, y->dtype) || x->ndim != y->ndim)
 			return VX_ERR_BAD_SHAPE;
 		for (int i = 0; i < y->ndim; i++)
 			if (i != axis && x->shape[i] != y->shape[i])
@@ -218,7 +150,7 @@ int vx_k_concat(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		return VX_ERR_BAD_SHAPE;
 	int64_t off = 0;
 	for (int k = 0; k < node->n_src; k++) {
-		const vx_tensor *x = src_at(node, t, k);
+		const vx_tensor *x = vx_src(node, t, k);
 		copy_nd(ctx, y->ndim, x->shape, (uint32_t *)y->data + off * y->stride[axis], y->stride, x->data,
 		        x->stride);
 		off += x->shape[axis];
@@ -229,8 +161,8 @@ int vx_k_concat(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 /* ---- PAD ---- */
 
 int vx_k_pad(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (node->n_src != 1 || !tensor_ok(x, -1) || !tensor_ok(y, x ? x->dtype : -1) || !vx_is_contiguous(y) ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (node->n_src != 1 || !vx_tensor_ok(x, -1) || !vx_tensor_ok(y, x ? x->dtype : -1) || !vx_is_contiguous(y) ||
 	    x->ndim != y->ndim)
 		return VX_ERR_BAD_SHAPE;
 	int axis = norm_axis(node->ip[0], y->ndim);
@@ -301,8 +233,8 @@ static void gather_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 }
 
 int vx_k_gather_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *tab = src_at(node, t, 0), *ix = src_at(node, t, 1), *y = &t[node->dst];
-	if (node->n_src != 2 || !tensor_ok(tab, -1) || !tensor_ok(ix, VX_I32) || !tensor_ok(y, tab ? tab->dtype : -1))
+	const vx_tensor *tab = vx_src(node, t, 0), *ix = vx_src(node, t, 1), *y = &t[node->dst];
+	if (node->n_src != 2 || !vx_tensor_ok(tab, -1) || !vx_tensor_ok(ix, VX_I32) || !vx_tensor_ok(y, tab ? tab->dtype : -1))
 		return VX_ERR_BAD_SHAPE;
 	if (tab->ndim != 2 || !vx_is_contiguous(tab) || !vx_is_contiguous(ix) || !vx_is_contiguous(y) ||
 	    y->ndim < 1)
@@ -315,7 +247,7 @@ int vx_k_gather_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		if (idx[i] < 0 || idx[i] >= N)
 			return VX_ERR_BAD_SHAPE;
 	gather_job j = {.D = D, .table = tab->data, .idx = idx, .y = y->data};
-	run_segs(ctx, M, D, 1.0, 1, gather_seg, &j);
+	vx_run_segs(ctx, M, D, 1.0, 2048, gather_seg, &j);
 	return VX_OK;
 }
 
@@ -342,8 +274,8 @@ static void interp_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 }
 
 int vx_k_interp_linear(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (node->n_src != 1 || !tensor_ok(x, VX_F32) || !tensor_ok(y, VX_F32) || x->ndim < 1 || x->ndim != y->ndim ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (node->n_src != 1 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || x->ndim < 1 || x->ndim != y->ndim ||
 	    !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int last = x->ndim - 1;
@@ -375,7 +307,7 @@ int vx_k_interp_linear(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		lam[i] = l < 0 ? 0 : (l > 1 ? 1 : l);
 	}
 	interp_job j = {.Ti = Ti, .To = To, .i0 = i0, .off = off, .lam = lam, .x = x->data, .y = y->data};
-	run_segs(ctx, vx_numel(y) / To, To, 2.0, 1, interp_seg, &j);
+	vx_run_segs(ctx, vx_numel(y) / To, To, 2.0, 2048, interp_seg, &j);
 	free(i0);
 	return VX_OK;
 }

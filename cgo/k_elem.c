@@ -22,91 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "vx.h"
-
-#define AVX2_FN __attribute__((target("avx2,fma")))
-
-static int use_avx2(void) {
-	return (vx_cpu_features & (VX_CPU_AVX2 | VX_CPU_FMA)) == (VX_CPU_AVX2 | VX_CPU_FMA);
-}
-
-/* ---- shared helpers (each kernel file keeps its own static copy) ---- */
-
-static const vx_tensor *src_at(const vx_node *n, const vx_tensor *t, int i) {
-	return (i < n->n_src && n->src[i] >= 0) ? &t[n->src[i]] : NULL;
-}
-
-/* ndim in range, sizes sane, data present when there are elements. */
-static int tensor_ok(const vx_tensor *x, int dtype) {
-	if (!x || x->ndim < 0 || x->ndim > VX_MAX_DIMS || x->dtype != dtype)
-		return 0;
-	int64_t n = 1;
-	for (int i = 0; i < x->ndim; i++) {
-		if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40))
-			return 0;
-		n *= x->shape[i];
-		if (n > ((int64_t)1 << 44))
-			return 0;
-	}
-	return n == 0 || x->data != NULL;
-}
-
-/* Shape padded on the left with ones to 5 dims; strides 0 on the padding. */
-static void pad5(const vx_tensor *x, int64_t sh[5], int64_t st[5]) {
-	int off = VX_MAX_DIMS - x->ndim;
-	for (int i = 0; i < VX_MAX_DIMS; i++) {
-		sh[i] = i < off ? 1 : x->shape[i - off];
-		st[i] = i < off ? 0 : x->stride[i - off];
-	}
-}
-
-static int same_shape(const vx_tensor *a, const vx_tensor *b) {
-	int64_t sa[5], sb[5], da[5], db[5];
-	pad5(a, sa, da);
-	pad5(b, sb, db);
-	return memcmp(sa, sb, sizeof sa) == 0;
-}
-
-/* Work split: `rows` rows of `len` elements, rows optionally cut into parts, grouped into
- * at most 4 tasks per thread; small jobs stay on the calling thread. */
-typedef void (*seg_fn)(void *arg, int64_t row, int64_t lo, int64_t hi);
-typedef struct {
-	int64_t len, parts, items, ntask;
-	seg_fn fn;
-	void *arg;
-} seg_job;
-
-static void seg_task(void *p, int64_t i) {
-	const seg_job *j = p;
-	int64_t a = j->items * i / j->ntask, b = j->items * (i + 1) / j->ntask;
-	for (int64_t it = a; it < b; it++) {
-		int64_t row = it / j->parts, part = it % j->parts;
-		j->fn(j->arg, row, j->len * part / j->parts, j->len * (part + 1) / j->parts);
-	}
-}
-
-/* cost: rough work per element (1 = a load and a store). */
-static void run_segs(vx_ctx *ctx, int64_t rows, int64_t len, double cost, int splittable, seg_fn fn,
-                     void *arg) {
-	if (rows <= 0 || len <= 0)
-		return;
-	seg_job j = {.len = len, .parts = 1, .items = rows, .ntask = 1, .fn = fn, .arg = arg};
-	int th = vx_ctx_threads(ctx);
-	if (th > 1 && (double)rows * (double)len * cost >= 32768.0) {
-		int64_t want = 4 * (int64_t)th;
-		if (splittable && rows < want && len >= 4096) {
-			j.parts = (want + rows - 1) / rows;
-			if (j.parts > len / 2048)
-				j.parts = len / 2048;
-		}
-		j.items = rows * j.parts;
-		j.ntask = j.items < want ? j.items : want;
-	}
-	if (j.ntask == 1)
-		seg_task(&j, 0);
-	else
-		vx_parallel_for(ctx, j.ntask, seg_task, &j);
-}
+#include "kern.h"
 
 /* ---- vector math (AVX2 + FMA) ---- */
 
@@ -327,17 +243,17 @@ static void unary_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 }
 
 int vx_k_unary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (node->n_src != 1 || !tensor_ok(x, VX_F32) || !tensor_ok(y, VX_F32) || !same_shape(x, y) || !vx_is_contiguous(x) ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (node->n_src != 1 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !vx_same_shape(x, y) || !vx_is_contiguous(x) ||
 	    !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	if (node->ip[0] < 0 || node->ip[0] >= VX_U_COUNT)
 		return VX_ERR_BAD_OP;
-	unary_job j = {.f = (int)node->ip[0], .avx = use_avx2(), .p0 = node->fp[0], .p1 = node->fp[1],
+	unary_job j = {.f = (int)node->ip[0], .avx = vx_use_avx2(), .p0 = node->fp[0], .p1 = node->fp[1],
 	               .s = x->data, .d = y->data};
 	int cheap = j.f == VX_U_NEG || j.f == VX_U_RELU || j.f == VX_U_ABS || j.f == VX_U_CLAMP ||
 	            j.f == VX_U_SCALE || j.f == VX_U_SQUARE;
-	run_segs(ctx, 1, vx_numel(x), cheap ? 1.0 : 8.0, 1, unary_seg, &j);
+	vx_run_segs(ctx, 1, vx_numel(x), cheap ? 1.0 : 8.0, 2048, unary_seg, &j);
 	return VX_OK;
 }
 
@@ -462,7 +378,7 @@ static int collapse(int64_t shape[5], int64_t st[][5], int k) {
  * stride-0 dim broadcasts). Returns 0 when the shapes are incompatible. */
 static int bcast_strides(const vx_tensor *x, const int64_t out[5], int64_t st[5]) {
 	int64_t sh[5];
-	pad5(x, sh, st);
+	vx_pad5(x, sh, st);
 	for (int i = 0; i < 5; i++) {
 		if (sh[i] == out[i])
 			continue;
@@ -510,15 +426,15 @@ static void bin_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 }
 
 int vx_k_binary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *a = src_at(node, t, 0), *b = src_at(node, t, 1), *y = &t[node->dst];
-	if (node->n_src != 2 || !tensor_ok(a, VX_F32) || !tensor_ok(b, VX_F32) || !tensor_ok(y, VX_F32) ||
+	const vx_tensor *a = vx_src(node, t, 0), *b = vx_src(node, t, 1), *y = &t[node->dst];
+	if (node->n_src != 2 || !vx_tensor_ok(a, VX_F32) || !vx_tensor_ok(b, VX_F32) || !vx_tensor_ok(y, VX_F32) ||
 	    !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	if (node->ip[0] < 0 || node->ip[0] >= VX_B_COUNT)
 		return VX_ERR_BAD_OP;
-	bin_job j = {.op = (int)node->ip[0], .avx = use_avx2(), .a = a->data, .b = b->data, .d = y->data};
+	bin_job j = {.op = (int)node->ip[0], .avx = vx_use_avx2(), .a = a->data, .b = b->data, .d = y->data};
 	int64_t dummy[5];
-	pad5(y, j.shape, dummy);
+	vx_pad5(y, j.shape, dummy);
 	if (!bcast_strides(a, j.shape, j.st[1]) || !bcast_strides(b, j.shape, j.st[2]))
 		return VX_ERR_BAD_SHAPE;
 	int64_t n = vx_numel(y);
@@ -531,7 +447,7 @@ int vx_k_binary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	}
 	j.nd = collapse(j.shape, j.st, 3);
 	int64_t len = j.shape[j.nd - 1];
-	run_segs(ctx, n / len, len, 1.0, 1, bin_seg, &j);
+	vx_run_segs(ctx, n / len, len, 1.0, 2048, bin_seg, &j);
 	return VX_OK;
 }
 
@@ -608,12 +524,12 @@ static void snake_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 }
 
 int vx_k_snake_beta(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *al = src_at(node, t, 1), *be = src_at(node, t, 2);
+	const vx_tensor *x = vx_src(node, t, 0), *al = vx_src(node, t, 1), *be = vx_src(node, t, 2);
 	const vx_tensor *y = &t[node->dst];
-	if (node->n_src != 3 || !tensor_ok(x, VX_F32) || !tensor_ok(al, VX_F32) || !tensor_ok(be, VX_F32) ||
-	    !tensor_ok(y, VX_F32))
+	if (node->n_src != 3 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(al, VX_F32) || !vx_tensor_ok(be, VX_F32) ||
+	    !vx_tensor_ok(y, VX_F32))
 		return VX_ERR_BAD_SHAPE;
-	if (x->ndim < 2 || !same_shape(x, y) || !vx_is_contiguous(x) || !vx_is_contiguous(y) ||
+	if (x->ndim < 2 || !vx_same_shape(x, y) || !vx_is_contiguous(x) || !vx_is_contiguous(y) ||
 	    !vx_is_contiguous(al) || !vx_is_contiguous(be))
 		return VX_ERR_BAD_SHAPE;
 	int64_t C = x->shape[1];
@@ -622,8 +538,8 @@ int vx_k_snake_beta(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	int64_t n = vx_numel(x);
 	if (n == 0)
 		return VX_OK;
-	snake_job j = {.avx = use_avx2(), .C = C, .T = n / (x->shape[0] * C), .x = x->data,
+	snake_job j = {.avx = vx_use_avx2(), .C = C, .T = n / (x->shape[0] * C), .x = x->data,
 	               .alpha = al->data, .beta = be->data, .y = y->data};
-	run_segs(ctx, x->shape[0] * C, j.T, 8.0, 1, snake_seg, &j);
+	vx_run_segs(ctx, x->shape[0] * C, j.T, 8.0, 2048, snake_seg, &j);
 	return VX_OK;
 }

@@ -10,90 +10,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "vx.h"
-
-#define AVX2_FN __attribute__((target("avx2,fma")))
-
-static int use_avx2(void) {
-	return (vx_cpu_features & (VX_CPU_AVX2 | VX_CPU_FMA)) == (VX_CPU_AVX2 | VX_CPU_FMA);
-}
-
-/* ---- shared helpers (each kernel file keeps its own static copy) ---- */
-
-static const vx_tensor *src_at(const vx_node *n, const vx_tensor *t, int i) {
-	return (i < n->n_src && n->src[i] >= 0) ? &t[n->src[i]] : NULL;
-}
-
-static int tensor_ok(const vx_tensor *x, int dtype) {
-	if (!x || x->ndim < 0 || x->ndim > VX_MAX_DIMS || x->dtype != dtype)
-		return 0;
-	int64_t n = 1;
-	for (int i = 0; i < x->ndim; i++) {
-		if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40))
-			return 0;
-		n *= x->shape[i];
-		if (n > ((int64_t)1 << 44))
-			return 0;
-	}
-	return n == 0 || x->data != NULL;
-}
-
-static void pad5(const vx_tensor *x, int64_t sh[5], int64_t st[5]) {
-	int off = VX_MAX_DIMS - x->ndim;
-	for (int i = 0; i < VX_MAX_DIMS; i++) {
-		sh[i] = i < off ? 1 : x->shape[i - off];
-		st[i] = i < off ? 0 : x->stride[i - off];
-	}
-}
-
-static int same_shape(const vx_tensor *a, const vx_tensor *b) {
-	int64_t sa[5], sb[5], da[5], db[5];
-	pad5(a, sa, da);
-	pad5(b, sb, db);
-	return memcmp(sa, sb, sizeof sa) == 0;
-}
+#include "kern.h"
 
 /* A contiguous f32 vector of exactly n elements (per-channel or per-feature parameters). */
 static int param_ok(const vx_tensor *p, int64_t n) {
-	return tensor_ok(p, VX_F32) && vx_is_contiguous(p) && vx_numel(p) == n;
-}
-
-typedef void (*seg_fn)(void *arg, int64_t row, int64_t lo, int64_t hi);
-typedef struct {
-	int64_t len, parts, items, ntask;
-	seg_fn fn;
-	void *arg;
-} seg_job;
-
-static void seg_task(void *p, int64_t i) {
-	const seg_job *j = p;
-	int64_t a = j->items * i / j->ntask, b = j->items * (i + 1) / j->ntask;
-	for (int64_t it = a; it < b; it++) {
-		int64_t row = it / j->parts, part = it % j->parts;
-		j->fn(j->arg, row, j->len * part / j->parts, j->len * (part + 1) / j->parts);
-	}
-}
-
-static void run_segs(vx_ctx *ctx, int64_t rows, int64_t len, double cost, int splittable, seg_fn fn,
-                     void *arg) {
-	if (rows <= 0 || len <= 0)
-		return;
-	seg_job j = {.len = len, .parts = 1, .items = rows, .ntask = 1, .fn = fn, .arg = arg};
-	int th = vx_ctx_threads(ctx);
-	if (th > 1 && (double)rows * (double)len * cost >= 32768.0) {
-		int64_t want = 4 * (int64_t)th;
-		if (splittable && rows < want && len >= 4096) {
-			j.parts = (want + rows - 1) / rows;
-			if (j.parts > len / 2048)
-				j.parts = len / 2048;
-		}
-		j.items = rows * j.parts;
-		j.ntask = j.items < want ? j.items : want;
-	}
-	if (j.ntask == 1)
-		seg_task(&j, 0);
-	else
-		vx_parallel_for(ctx, j.ntask, seg_task, &j);
+	return vx_tensor_ok(p, VX_F32) && vx_is_contiguous(p) && vx_numel(p) == n;
 }
 
 /* ---- vector helpers ---- */
@@ -268,19 +189,19 @@ static void ln_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 }
 
 static int row_norm(vx_ctx *ctx, const vx_node *node, const vx_tensor *t, int rms) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (!tensor_ok(x, VX_F32) || !tensor_ok(y, VX_F32) || x->ndim < 1 || !same_shape(x, y) ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (!vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || x->ndim < 1 || !vx_same_shape(x, y) ||
 	    !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t D = x->shape[x->ndim - 1];
-	const vx_tensor *w = src_at(node, t, 1), *b = rms ? NULL : src_at(node, t, 2);
+	const vx_tensor *w = vx_src(node, t, 1), *b = rms ? NULL : vx_src(node, t, 2);
 	if (node->n_src > (rms ? 2 : 3) || (w && !param_ok(w, D)) || (b && !param_ok(b, D)))
 		return VX_ERR_BAD_SHAPE;
 	if (vx_numel(x) == 0)
 		return VX_OK;
-	ln_job j = {.avx = use_avx2(), .rms = rms, .D = D, .eps = node->fp[0], .x = x->data,
+	ln_job j = {.avx = vx_use_avx2(), .rms = rms, .D = D, .eps = node->fp[0], .x = x->data,
 	            .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = y->data};
-	run_segs(ctx, vx_numel(x) / D, D, 3.0, 0, ln_seg, &j);
+	vx_run_segs(ctx, vx_numel(x) / D, D, 3.0, 0, ln_seg, &j);
 	return VX_OK;
 }
 
@@ -343,27 +264,27 @@ static void gn_apply_seg(void *arg, int64_t bc, int64_t lo, int64_t hi) {
 }
 
 int vx_k_group_norm(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (!tensor_ok(x, VX_F32) || !tensor_ok(y, VX_F32) || x->ndim < 2 || !same_shape(x, y) ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (!vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || x->ndim < 2 || !vx_same_shape(x, y) ||
 	    !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t B = x->shape[0], C = x->shape[1], G = node->ip[0];
 	if (G <= 0 || C % G != 0)
 		return VX_ERR_BAD_SHAPE;
-	const vx_tensor *w = src_at(node, t, 1), *b = src_at(node, t, 2);
+	const vx_tensor *w = vx_src(node, t, 1), *b = vx_src(node, t, 2);
 	if (node->n_src > 3 || (w && !param_ok(w, C)) || (b && !param_ok(b, C)))
 		return VX_ERR_BAD_SHAPE;
 	int64_t n = vx_numel(x);
 	if (n == 0)
 		return VX_OK;
-	gn_job j = {.avx = use_avx2(), .C = C, .G = G, .S = n / (B * C), .eps = node->fp[0], .x = x->data,
+	gn_job j = {.avx = vx_use_avx2(), .C = C, .G = G, .S = n / (B * C), .eps = node->fp[0], .x = x->data,
 	            .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = y->data};
 	j.stat = malloc((size_t)(B * G) * 2 * sizeof(float));
 	if (!j.stat)
 		return VX_ERR_NOMEM;
-	run_segs(ctx, B * G, (C / G) * j.S, 2.0, 0, gn_stats_seg, &j);
+	vx_run_segs(ctx, B * G, (C / G) * j.S, 2.0, 0, gn_stats_seg, &j);
 	/* y = (x - mean) * (rstd w) + b, per channel */
-	run_segs(ctx, B * C, j.S, 1.0, 1, gn_apply_seg, &j);
+	vx_run_segs(ctx, B * C, j.S, 1.0, 2048, gn_apply_seg, &j);
 	free(j.stat);
 	return VX_OK;
 }
@@ -388,20 +309,20 @@ static void ca_seg(void *arg, int64_t bc, int64_t lo, int64_t hi) {
 }
 
 int vx_k_channel_affine(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (!tensor_ok(x, VX_F32) || !tensor_ok(y, VX_F32) || x->ndim < 2 || !same_shape(x, y) ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (!vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || x->ndim < 2 || !vx_same_shape(x, y) ||
 	    !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t B = x->shape[0], C = x->shape[1];
-	const vx_tensor *sc = src_at(node, t, 1), *sh = src_at(node, t, 2);
+	const vx_tensor *sc = vx_src(node, t, 1), *sh = vx_src(node, t, 2);
 	if (node->n_src > 3 || !sc || !param_ok(sc, C) || (sh && !param_ok(sh, C)))
 		return VX_ERR_BAD_SHAPE;
 	int64_t n = vx_numel(x);
 	if (n == 0)
 		return VX_OK;
-	ca_job j = {.avx = use_avx2(), .C = C, .S = n / (B * C), .x = x->data, .sc = sc->data,
+	ca_job j = {.avx = vx_use_avx2(), .C = C, .S = n / (B * C), .x = x->data, .sc = sc->data,
 	            .sh = sh ? sh->data : NULL, .y = y->data};
-	run_segs(ctx, B * C, j.S, 1.0, 1, ca_seg, &j);
+	vx_run_segs(ctx, B * C, j.S, 1.0, 2048, ca_seg, &j);
 	return VX_OK;
 }
 
@@ -540,19 +461,19 @@ static void sm_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 /* fp[0] = 0 is taken as 1 (no scaling): a zero scale is never meant and is the default of an
  * unset parameter. */
 int vx_k_softmax(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst], *m = src_at(node, t, 1);
-	if (node->n_src > 2 || !tensor_ok(x, VX_F32) || !tensor_ok(y, VX_F32) || x->ndim < 1 || !same_shape(x, y) ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst], *m = vx_src(node, t, 1);
+	if (node->n_src > 2 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || x->ndim < 1 || !vx_same_shape(x, y) ||
 	    !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
-	sm_job j = {.avx = use_avx2(), .N = x->shape[x->ndim - 1], .scale = node->fp[0] == 0 ? 1.0f : node->fp[0],
+	sm_job j = {.avx = vx_use_avx2(), .N = x->shape[x->ndim - 1], .scale = node->fp[0] == 0 ? 1.0f : node->fp[0],
 	            .x = x->data, .y = y->data};
 	int64_t st[5];
-	pad5(x, j.shape, st);
+	vx_pad5(x, j.shape, st);
 	if (m) {
 		int64_t msh[5];
-		if (!tensor_ok(m, VX_F32) || m->ndim > x->ndim)
+		if (!vx_tensor_ok(m, VX_F32) || m->ndim > x->ndim)
 			return VX_ERR_BAD_SHAPE;
-		pad5(m, msh, j.mst);
+		vx_pad5(m, msh, j.mst);
 		for (int i = 0; i < 5; i++) {
 			if (msh[i] == 1)
 				j.mst[i] = 0;
@@ -564,6 +485,6 @@ int vx_k_softmax(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	int64_t n = vx_numel(x);
 	if (n == 0)
 		return VX_OK;
-	run_segs(ctx, n / j.N, j.N, 6.0, 0, sm_seg, &j);
+	vx_run_segs(ctx, n / j.N, j.N, 6.0, 0, sm_seg, &j);
 	return VX_OK;
 }

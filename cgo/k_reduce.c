@@ -7,65 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "vx.h"
-
-/* ---- shared helpers (each kernel file keeps its own static copy) ---- */
-
-static const vx_tensor *src_at(const vx_node *n, const vx_tensor *t, int i) {
-	return (i < n->n_src && n->src[i] >= 0) ? &t[n->src[i]] : NULL;
-}
-
-static int tensor_ok(const vx_tensor *x, int dtype) {
-	if (!x || x->ndim < 0 || x->ndim > VX_MAX_DIMS || x->dtype != dtype)
-		return 0;
-	int64_t n = 1;
-	for (int i = 0; i < x->ndim; i++) {
-		if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40))
-			return 0;
-		n *= x->shape[i];
-		if (n > ((int64_t)1 << 44))
-			return 0;
-	}
-	return n == 0 || x->data != NULL;
-}
-
-typedef void (*seg_fn)(void *arg, int64_t row, int64_t lo, int64_t hi);
-typedef struct {
-	int64_t len, parts, items, ntask;
-	seg_fn fn;
-	void *arg;
-} seg_job;
-
-static void seg_task(void *p, int64_t i) {
-	const seg_job *j = p;
-	int64_t a = j->items * i / j->ntask, b = j->items * (i + 1) / j->ntask;
-	for (int64_t it = a; it < b; it++) {
-		int64_t row = it / j->parts, part = it % j->parts;
-		j->fn(j->arg, row, j->len * part / j->parts, j->len * (part + 1) / j->parts);
-	}
-}
-
-static void run_segs(vx_ctx *ctx, int64_t rows, int64_t len, double cost, int splittable, seg_fn fn,
-                     void *arg) {
-	if (rows <= 0 || len <= 0)
-		return;
-	seg_job j = {.len = len, .parts = 1, .items = rows, .ntask = 1, .fn = fn, .arg = arg};
-	int th = vx_ctx_threads(ctx);
-	if (th > 1 && (double)rows * (double)len * cost >= 32768.0) {
-		int64_t want = 4 * (int64_t)th;
-		if (splittable && rows < want && len >= 512) {
-			j.parts = (want + rows - 1) / rows;
-			if (j.parts > len / 256)
-				j.parts = len / 256;
-		}
-		j.items = rows * j.parts;
-		j.ntask = j.items < want ? j.items : want;
-	}
-	if (j.ntask == 1)
-		seg_task(&j, 0);
-	else
-		vx_parallel_for(ctx, j.ntask, seg_task, &j);
-}
+#include "kern.h"
 
 /* [outer, n, inner] around axis ip[0] (negative counts from the end); -1 if out of range. */
 static int split_axis(const vx_tensor *x, int64_t axis, int64_t *outer, int64_t *n, int64_t *inner) {
@@ -189,8 +131,8 @@ static void red_seg_cols(void *arg, int64_t o, int64_t lo, int64_t hi) {
 /* dst: the source shape with the axis set to 1 (keepdim) or removed. VAR is the population
  * variance (correction 0). MAX over an empty axis is an error; SUM gives 0, MEAN/VAR NaN. */
 int vx_k_reduce(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (node->n_src != 1 || !tensor_ok(x, VX_F32) || !tensor_ok(y, VX_F32) || !vx_is_contiguous(x) ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (node->n_src != 1 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !vx_is_contiguous(x) ||
 	    !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t op = node->ip[1], outer, n, inner;
@@ -216,9 +158,9 @@ int vx_k_reduce(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		return VX_ERR_BAD_SHAPE;
 	red_job j = {.op = (int)op, .n = n, .inner = inner, .x = x->data, .y = y->data};
 	if (inner == 1)
-		run_segs(ctx, outer, 1, (double)(n > 0 ? n : 1), 0, red_seg_rows, &j);
+		vx_run_segs(ctx, outer, 1, (double)(n > 0 ? n : 1), 0, red_seg_rows, &j);
 	else
-		run_segs(ctx, outer, inner, (double)(n > 0 ? n : 1), 1, red_seg_cols, &j);
+		vx_run_segs(ctx, outer, inner, (double)(n > 0 ? n : 1), 256, red_seg_cols, &j);
 	return VX_OK;
 }
 
@@ -259,8 +201,8 @@ static void cum_seg_cols(void *arg, int64_t o, int64_t lo, int64_t hi) {
 
 /* dst same shape as src0 (may alias it). */
 int vx_k_cumsum(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *y = &t[node->dst];
-	if (node->n_src != 1 || !tensor_ok(x, VX_F32) || !tensor_ok(y, VX_F32) || !vx_is_contiguous(x) ||
+	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
+	if (node->n_src != 1 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !vx_is_contiguous(x) ||
 	    !vx_is_contiguous(y) || x->ndim != y->ndim || memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof(int64_t)) != 0)
 		return VX_ERR_BAD_SHAPE;
 	int64_t outer, n, inner;
@@ -270,8 +212,8 @@ int vx_k_cumsum(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		return VX_OK;
 	red_job j = {.n = n, .inner = inner, .x = x->data, .y = y->data};
 	if (inner == 1)
-		run_segs(ctx, outer, 1, (double)n, 0, cum_seg_rows, &j);
+		vx_run_segs(ctx, outer, 1, (double)n, 0, cum_seg_rows, &j);
 	else
-		run_segs(ctx, outer, inner, (double)n, 1, cum_seg_cols, &j);
+		vx_run_segs(ctx, outer, inner, (double)n, 256, cum_seg_cols, &j);
 	return VX_OK;
 }

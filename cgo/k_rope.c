@@ -9,58 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include "vx.h"
-
-/* ---- shared helpers (each kernel file keeps its own static copy) ---- */
-
-static const vx_tensor *src_at(const vx_node *n, const vx_tensor *t, int i) {
-	return (i < n->n_src && n->src[i] >= 0) ? &t[n->src[i]] : NULL;
-}
-
-static int tensor_ok(const vx_tensor *x, int dtype) {
-	if (!x || x->ndim < 0 || x->ndim > VX_MAX_DIMS || x->dtype != dtype)
-		return 0;
-	int64_t n = 1;
-	for (int i = 0; i < x->ndim; i++) {
-		if (x->shape[i] < 0 || x->shape[i] > ((int64_t)1 << 40))
-			return 0;
-		n *= x->shape[i];
-		if (n > ((int64_t)1 << 44))
-			return 0;
-	}
-	return n == 0 || x->data != NULL;
-}
-
-typedef void (*seg_fn)(void *arg, int64_t row, int64_t lo, int64_t hi);
-typedef struct {
-	int64_t len, parts, items, ntask;
-	seg_fn fn;
-	void *arg;
-} seg_job;
-
-static void seg_task(void *p, int64_t i) {
-	const seg_job *j = p;
-	int64_t a = j->items * i / j->ntask, b = j->items * (i + 1) / j->ntask;
-	for (int64_t it = a; it < b; it++) {
-		int64_t row = it / j->parts, part = it % j->parts;
-		j->fn(j->arg, row, j->len * part / j->parts, j->len * (part + 1) / j->parts);
-	}
-}
-
-static void run_segs(vx_ctx *ctx, int64_t rows, int64_t len, double cost, seg_fn fn, void *arg) {
-	if (rows <= 0 || len <= 0)
-		return;
-	seg_job j = {.len = len, .parts = 1, .items = rows, .ntask = 1, .fn = fn, .arg = arg};
-	int th = vx_ctx_threads(ctx);
-	if (th > 1 && (double)rows * (double)len * cost >= 32768.0) {
-		int64_t want = 4 * (int64_t)th;
-		j.ntask = rows < want ? rows : want;
-	}
-	if (j.ntask == 1)
-		seg_task(&j, 0);
-	else
-		vx_parallel_for(ctx, j.ntask, seg_task, &j);
-}
+#include "kern.h"
 
 typedef struct {
 	int64_t H, T, D, rot, half;
@@ -116,8 +65,8 @@ static void rope_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 }
 
 int vx_k_rope(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = src_at(node, t, 0), *p = src_at(node, t, 1), *y = &t[node->dst];
-	if (node->n_src != 2 || !tensor_ok(x, VX_F32) || !tensor_ok(p, VX_I32) || !tensor_ok(y, VX_F32) || x->ndim != 4 ||
+	const vx_tensor *x = vx_src(node, t, 0), *p = vx_src(node, t, 1), *y = &t[node->dst];
+	if (node->n_src != 2 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(p, VX_I32) || !vx_tensor_ok(y, VX_F32) || x->ndim != 4 ||
 	    y->ndim != 4 || !vx_is_contiguous(y) || !vx_is_contiguous(p))
 		return VX_ERR_BAD_SHAPE;
 	for (int i = 0; i < 4; i++)
@@ -144,8 +93,8 @@ int vx_k_rope(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		inv[i] = pow(j.theta, -(double)(2 * i) / (double)rot);
 	j.inv_freq = inv;
 	j.cs = (float *)(inv + hf);
-	run_segs(ctx, T, hf, 30.0, table_seg, &j);
-	run_segs(ctx, x->shape[0] * x->shape[1] * T, D, 2.0, rope_seg, &j);
+	vx_run_segs(ctx, T, hf, 30.0, 0, table_seg, &j);
+	vx_run_segs(ctx, x->shape[0] * x->shape[1] * T, D, 2.0, 0, rope_seg, &j);
 	free(inv);
 	return VX_OK;
 }
