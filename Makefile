@@ -2,8 +2,8 @@
 GO      ?= go
 BIN     := bin/voxpipe
 LISTEN  ?= localhost:8080
-# Debian packages the build needs (cgo: Opus via hraban/opus).
-BUILD_PKGS := libopus-dev libopusfile-dev pkg-config gcc
+# Debian packages the build needs (cgo: Opus via hraban/opus; OpenBLAS for the engine's GEMM).
+BUILD_PKGS := libopus-dev libopusfile-dev libopenblas-dev pkg-config gcc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run build test test-go test-web bench fuzz deps test-deps clean
@@ -36,8 +36,12 @@ test-go: deps
 test-web: test-deps build
 	node --test web/e2e/
 
-bench: build ## benchmarks: Go microbenchmarks, then the WebRTC loopback (1 and 50 sessions)
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+bench: build ## benchmarks: Go microbenchmarks, the engine (gemm, planner, dispatch), the WebRTC loopback
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
+	./$(BIN) bench gemm --json
+	./$(BIN) bench planner --graph wavlm-large --seconds 10 --json
+	./$(BIN) bench planner --graph wavlm-large --seconds 30 --json
+	./$(BIN) bench dispatch --json
 	./$(BIN) bench loopback --voice dsp --sessions 1 --seconds 10 --json
 	./$(BIN) bench loopback --voice dsp --sessions 50 --seconds 10 --json
 
