@@ -152,4 +152,30 @@ int64_t vx_numel(const vx_tensor *t);
 int vx_is_contiguous(const vx_tensor *t);
 extern int vx_cpu_features; /* set by vx_init, masked by vx_force_portable */
 
+/* ==== Added for the thread pool and linear-algebra kernels (pool.c, k_linalg.c) ==== */
+
+/* Index of the calling thread within its context while inside vx_parallel_for: 0 for the
+ * calling thread, 1..n_threads-1 for the workers. */
+int vx_thread_id(void);
+/* Growable scratch memory owned by the context, 64-byte aligned, contents not preserved
+ * between calls. slot 0..n_threads-1 is a thread's own (use vx_thread_id() inside tasks),
+ * VX_SCRATCH_SHARED is a further buffer for the caller. Growing may reallocate, so grow a
+ * slot only from the thread that owns it (grow every thread slot before vx_parallel_for).
+ * Returns NULL when out of memory. */
+#define VX_SCRATCH_SHARED (-1)
+void *vx_scratch(vx_ctx *ctx, int slot, int64_t bytes);
+
+/* Test and benchmark hooks (cgo/openblas.go wraps them for the Go tests). */
+/* counts[i] += reps for every i in [0, n), via reps back-to-back vx_parallel_for calls. */
+void vx_test_parallel_for(vx_ctx *ctx, int64_t n, int32_t *counts, int32_t reps);
+/* One vx_parallel_for over n small tasks; by_thread[vx_thread_id()] counts the tasks each
+ * thread ran (by_thread has vx_ctx_threads entries). */
+void vx_test_parallel_threads(vx_ctx *ctx, int64_t n, int32_t *by_thread);
+/* iters back-to-back vx_parallel_for calls over n empty tasks (dispatch overhead). */
+void vx_bench_parallel_for(vx_ctx *ctx, int64_t n, int64_t iters);
+/* iters calls of cblas_sgemm (row-major, C = A[M,K] x B, B given as [N,K] when trans_b) with
+ * OpenBLAS's own threading set to `threads`; OpenBLAS is set back to 1 thread afterwards. */
+void vx_bench_openblas_sgemm(int threads, int64_t m, int64_t n, int64_t k, int trans_b,
+                             const float *a, const float *b, float *c, int64_t iters);
+
 #endif

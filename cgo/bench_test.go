@@ -1,0 +1,227 @@
+package cgo
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func benchBuf(b *testing.B, rng *rand.Rand, n int64) *Buffer {
+	b.Helper()
+	buf, err := Alloc(int(4 * n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := buf.Float32s()
+	for i := range f {
+		f[i] = float32(rng.Float64()*2 - 1)
+	}
+	return buf
+}
+
+func tensorOf(buf *Buffer, shape ...int64) Tensor {
+	return Tensor{Data: buf.Ptr(), DType: F32, Shape: shape, Stride: Contiguous(shape)}
+}
+
+// BenchmarkMatmul compares VX_OP_MATMUL on a 2-thread context with cblas_sgemm using
+// OpenBLAS's own threads, at model shapes (M x K x N, B given as an nn.Linear weight [N, K]).
+//
+// "ours-2t" and "openblas-*t" make one cgo call per multiplication. The "-in-one-call"
+// variants run many multiplications per cgo call (ours: a plan of 16 identical nodes), which
+// is closer to a real plan: while a cgo call lasts, Go's sysmon wakes every 20us for the
+// first millisecond or so and preempts the compute threads, which costs a 0.5 ms call far
+// more than a long Execute.
+func BenchmarkMatmul(b *testing.B) {
+	Init()
+	rng := rand.New(rand.NewPCG(1, 1))
+	gflops := func(b *testing.B, flop float64) {
+		b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	}
+	for _, s := range [][3]int64{{160, 512, 512}, {16, 512, 1536}, {1, 1024, 3072}} {
+		M, K, N := s[0], s[1], s[2]
+		flop := 2 * float64(M*K*N)
+		name := fmt.Sprintf("%dx%dx%d", M, K, N)
+		a, w, c := benchBuf(b, rng, M*K), benchBuf(b, rng, N*K), benchBuf(b, rng, M*N)
+		ts := []Tensor{tensorOf(a, M, K), tensorOf(w, N, K), tensorOf(c, M, N)}
+		for _, nodes := range []int{1, 16} {
+			sub := name + "/ours-2t"
+			if nodes > 1 {
+				sub += "-in-one-call"
+			}
+			b.Run(sub, func(b *testing.B) {
+				ctx := newCtx(b, 2)
+				defer ctx.Close()
+				plan := make([]Node, nodes)
+				for i := range plan {
+					plan[i] = Node{Op: OpMatmul, Src: []int{0, 1}, Dst: 2, IP: [8]int64{1}}
+				}
+				p, err := NewPlan(plan, ts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Free()
+				if err := ctx.Execute(p); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for b.Loop() {
+					if err := ctx.Execute(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				gflops(b, flop*float64(nodes))
+			})
+		}
+		for _, threads := range []int{2, 1} {
+			b.Run(fmt.Sprintf("%s/openblas-%dt", name, threads), func(b *testing.B) {
+				benchOpenBLASSgemm(threads, int(M), int(N), int(K), true, a, w, c, 1)
+				b.ResetTimer()
+				for b.Loop() {
+					benchOpenBLASSgemm(threads, int(M), int(N), int(K), true, a, w, c, 1)
+				}
+				gflops(b, flop)
+			})
+			settleOpenBLAS()
+		}
+		b.Run(name+"/openblas-2t-in-one-call", func(b *testing.B) {
+			benchOpenBLASSgemm(2, int(M), int(N), int(K), true, a, w, c, 1)
+			b.ResetTimer()
+			benchOpenBLASSgemm(2, int(M), int(N), int(K), true, a, w, c, b.N)
+			gflops(b, flop)
+		})
+		settleOpenBLAS()
+		a.Free()
+		w.Free()
+		c.Free()
+	}
+}
+
+// settleOpenBLAS gives OpenBLAS's own worker threads, which spin for a while after a
+// multi-threaded call, time to go to sleep before the next measurement.
+func settleOpenBLAS() { time.Sleep(300 * time.Millisecond) }
+
+// BenchmarkDispatch: a plan of 1000 tiny nodes (1x1x1 matmuls) on a 2-thread context gives
+// the executor's per-node cost; parallel_for gives the pool's cost of one parallel call.
+func BenchmarkDispatch(b *testing.B) {
+	Init()
+	rng := rand.New(rand.NewPCG(2, 2))
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("plan-1000-tiny-nodes/%dt", threads), func(b *testing.B) {
+			ctx := newCtx(b, threads)
+			defer ctx.Close()
+			x, y, z := benchBuf(b, rng, 1), benchBuf(b, rng, 1), benchBuf(b, rng, 1)
+			defer x.Free()
+			defer y.Free()
+			defer z.Free()
+			nodes := make([]Node, 1000)
+			for i := range nodes {
+				nodes[i] = Node{Op: OpMatmul, Src: []int{0, 1}, Dst: 2}
+			}
+			p, err := NewPlan(nodes, []Tensor{tensorOf(x, 1, 1), tensorOf(y, 1, 1), tensorOf(z, 1, 1)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Free()
+			for b.Loop() {
+				if err := ctx.Execute(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "ns/node")
+		})
+	}
+	for _, n := range []int{2, 16} {
+		b.Run(fmt.Sprintf("parallel_for-n%d/2t", n), func(b *testing.B) {
+			ctx := newCtx(b, 2)
+			defer ctx.Close()
+			ctx.benchParallelFor(n, 1000)
+			b.ResetTimer()
+			ctx.benchParallelFor(n, b.N)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/call")
+		})
+	}
+}
+
+// BenchmarkAttention: full self-attention at T=500 and a GQA decode step.
+func BenchmarkAttention(b *testing.B) {
+	Init()
+	rng := rand.New(rand.NewPCG(3, 3))
+	cases := []struct {
+		name                    string
+		B, H, Hk, Tq, Tk, D, Dv int64
+	}{
+		{"self-T500-H8-D64", 1, 8, 8, 500, 500, 64, 64},
+		{"decode-Tk500-H16-Hk8-D128", 1, 16, 8, 1, 500, 128, 128},
+	}
+	for _, c := range cases {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/%dt", c.name, threads), func(b *testing.B) {
+				ctx := newCtx(b, threads)
+				defer ctx.Close()
+				q := benchBuf(b, rng, c.B*c.H*c.Tq*c.D)
+				k := benchBuf(b, rng, c.B*c.Hk*c.Tk*c.D)
+				v := benchBuf(b, rng, c.B*c.Hk*c.Tk*c.Dv)
+				o := benchBuf(b, rng, c.B*c.H*c.Tq*c.Dv)
+				defer q.Free()
+				defer k.Free()
+				defer v.Free()
+				defer o.Free()
+				p, err := NewPlan([]Node{{Op: OpAttention, Src: []int{0, 1, 2}, Dst: 3, FP: [4]float32{0.125}}},
+					[]Tensor{tensorOf(q, c.B, c.H, c.Tq, c.D), tensorOf(k, c.B, c.Hk, c.Tk, c.D),
+						tensorOf(v, c.B, c.Hk, c.Tk, c.Dv), tensorOf(o, c.B, c.H, c.Tq, c.Dv)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Free()
+				flop := 2 * float64(c.B*c.H*c.Tq*c.Tk*(c.D+c.Dv))
+				for b.Loop() {
+					if err := ctx.Execute(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
+
+// BenchmarkConv1D: a conformer depthwise conv and a general k=7 conv.
+func BenchmarkConv1D(b *testing.B) {
+	Init()
+	rng := rand.New(rand.NewPCG(4, 4))
+	cases := []struct {
+		name                         string
+		Cin, Cout, T, K, pad, groups int64
+	}{
+		{"depthwise-C512-K31-T100", 512, 512, 100, 31, 15, 512},
+		{"dense-C512-K7-T200", 512, 512, 200, 7, 3, 1},
+	}
+	for _, c := range cases {
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%s/%dt", c.name, threads), func(b *testing.B) {
+				ctx := newCtx(b, threads)
+				defer ctx.Close()
+				x := benchBuf(b, rng, c.Cin*c.T)
+				w := benchBuf(b, rng, c.Cout*c.Cin/c.groups*c.K)
+				y := benchBuf(b, rng, c.Cout*c.T)
+				defer x.Free()
+				defer w.Free()
+				defer y.Free()
+				p, err := NewPlan([]Node{{Op: OpConv1D, Src: []int{0, 1}, Dst: 2, IP: [8]int64{1, c.pad, c.pad, 1, c.groups}}},
+					[]Tensor{tensorOf(x, 1, c.Cin, c.T), tensorOf(w, c.Cout, c.Cin/c.groups, c.K), tensorOf(y, 1, c.Cout, c.T)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Free()
+				flop := 2 * float64(c.Cout*c.T*c.Cin/c.groups*c.K)
+				for b.Loop() {
+					if err := ctx.Execute(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(flop*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,47 @@
+package cgo
+
+import (
+	"time"
+)
+
+// SgemmBench times OpenBLAS's sgemm called directly on C = A·Bᵀ (A [m, k], B [n, k]): the
+// yardstick for the engine's matmul.
+type SgemmBench struct {
+	a, b, c *Buffer
+	m, n, k int
+}
+
+// NewSgemmBench allocates the matrices.
+func NewSgemmBench(m, n, k int) (*SgemmBench, error) {
+	s := &SgemmBench{m: m, n: n, k: k}
+	var err error
+	if s.a, err = Alloc(m * k * 4); err == nil {
+		if s.b, err = Alloc(n * k * 4); err == nil {
+			s.c, err = Alloc(m * n * 4)
+		}
+	}
+	if err != nil {
+		s.Free()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Run makes calls separate cgo calls of one sgemm each, with OpenBLAS's own threading set to
+// threads, and returns the mean time of one call: the same calling pattern as an engine
+// program of one matmul node.
+func (s *SgemmBench) Run(threads, calls int) time.Duration {
+	Init()
+	t0 := time.Now()
+	for range calls {
+		benchOpenBLASSgemm(threads, s.m, s.n, s.k, true, s.a, s.b, s.c, 1)
+	}
+	return time.Since(t0) / time.Duration(max(calls, 1))
+}
+
+// Free releases the matrices.
+func (s *SgemmBench) Free() {
+	s.a.Free()
+	s.b.Free()
+	s.c.Free()
+}

@@ -1,0 +1,191 @@
+package cgo
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func newCtx(t testing.TB, threads int) *Context {
+	t.Helper()
+	c, err := NewContext(threads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Threads() != threads {
+		t.Fatalf("Threads() = %d, want %d", c.Threads(), threads)
+	}
+	return c
+}
+
+func allocI32(t testing.TB, n int) *Buffer {
+	t.Helper()
+	b, err := Alloc(4 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkCounts fails unless every one of the first n counters equals want.
+func checkCounts(t *testing.T, what string, counts []int32, n int, want int32) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		if counts[i] != want {
+			t.Fatalf("%s: index %d ran %d times, want %d", what, i, counts[i], want)
+		}
+	}
+}
+
+func TestParallelForCoversEveryIndexOnce(t *testing.T) {
+	sizes := []int{0, 1, 2, 3, 5, 7, 8, 9, 16, 31, 63, 64, 65, 100, 1000, 4097, 100003}
+	for _, threads := range []int{1, 2, 3, 4, 8} {
+		c := newCtx(t, threads)
+		buf := allocI32(t, 100003+1)
+		counts := buf.Int32s()
+		for _, n := range sizes {
+			clear(counts)
+			const reps = 7
+			c.testParallelFor(n, buf, reps)
+			checkCounts(t, "threads "+strconv.Itoa(threads)+" n "+strconv.Itoa(n), counts, n, reps)
+			if counts[n] != 0 {
+				t.Fatalf("threads %d n %d: index %d (out of range) was run", threads, n, n)
+			}
+		}
+		buf.Free()
+		c.Close()
+	}
+}
+
+func TestParallelForBackToBack(t *testing.T) {
+	for _, threads := range []int{2, 4} {
+		c := newCtx(t, threads)
+		buf := allocI32(t, 64)
+		counts := buf.Int32s()
+		// Many tiny calls in a row: no lost wakeups, no double runs.
+		for _, n := range []int{2, 3, 17} {
+			clear(counts)
+			c.testParallelFor(n, buf, 20000)
+			checkCounts(t, "back-to-back", counts, n, 20000)
+		}
+		// With pauses long enough for the workers to go to sleep between calls, so that the
+		// blocking path and the wakeup are exercised too.
+		clear(counts)
+		for i := 0; i < 300; i++ {
+			c.testParallelFor(5, buf, 1)
+			if i%3 == 0 {
+				time.Sleep(time.Duration(50+i%7*40) * time.Microsecond)
+			}
+		}
+		checkCounts(t, "with pauses", counts, 5, 300)
+		buf.Free()
+		c.Close()
+	}
+}
+
+func TestParallelForWorkersParticipate(t *testing.T) {
+	c := newCtx(t, 2)
+	defer c.Close()
+	buf := allocI32(t, 2)
+	defer buf.Free()
+	by := buf.Int32s()
+	total := 0
+	// On a busy machine a worker may not get a core for one call; over a few calls it must.
+	worker := 0
+	for try := 0; try < 50 && worker == 0; try++ {
+		clear(by)
+		c.testParallelThreads(2000, buf)
+		if int(by[0]+by[1]) != 2000 {
+			t.Fatalf("tasks run: %d + %d, want 2000", by[0], by[1])
+		}
+		total += int(by[0] + by[1])
+		worker += int(by[1])
+	}
+	if worker == 0 {
+		t.Fatalf("the worker thread never ran a task in %d tasks", total)
+	}
+}
+
+func TestParallelForConcurrentContexts(t *testing.T) {
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			c, err := NewContext(2 + g%2)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			defer c.Close()
+			buf, err := Alloc(4 * 257)
+			if err != nil {
+				errs <- err.Error()
+				return
+			}
+			defer buf.Free()
+			counts := buf.Int32s()
+			for round := 0; round < 200; round++ {
+				n := 1 + (round*37+g)%257
+				clear(counts)
+				c.testParallelFor(n, buf, 3)
+				for i := 0; i < n; i++ {
+					if counts[i] != 3 {
+						errs <- "context " + strconv.Itoa(g) + ": wrong count"
+						return
+					}
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+}
+
+// osThreads is this process's thread count (Linux), or -1.
+func osThreads() int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+func TestContextCreateFreeLoop(t *testing.T) {
+	before := osThreads()
+	buf := allocI32(t, 16)
+	defer buf.Free()
+	for i := 0; i < 300; i++ {
+		c := newCtx(t, 1+i%4)
+		if i%2 == 0 { // half of them never run anything: Close must not hang either way
+			clear(buf.Int32s())
+			c.testParallelFor(16, buf, 2)
+			checkCounts(t, "create/free", buf.Int32s(), 16, 2)
+		}
+		c.Close()
+		c.Close() // idempotent
+	}
+	if before > 0 {
+		after := osThreads()
+		// 300 contexts with up to 3 workers each would leave hundreds of threads behind if
+		// workers were not joined; allow a little slack for Go's own threads.
+		if after > before+8 {
+			t.Fatalf("threads: %d before, %d after 300 create/free cycles (workers leaked?)", before, after)
+		}
+	}
+}
