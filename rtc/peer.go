@@ -42,6 +42,8 @@ type peer struct {
 	pc     *webrtc.PeerConnection
 	track  *webrtc.TrackLocalStaticSample
 	cancel context.CancelFunc
+	goMu   sync.Mutex     // guards closed against spawn
+	closed bool           // shutdown has begun: start no more goroutines
 	wg     sync.WaitGroup // goroutines this peer started
 	media  sync.Once
 
@@ -214,10 +216,7 @@ func (p *peer) answer(ctx context.Context, offer string) error {
 		if tr.Kind() != webrtc.RTPCodecTypeAudio {
 			return
 		}
-		p.media.Do(func() {
-			p.wg.Add(1)
-			go func() { defer p.wg.Done(); p.readRTP(tr) }()
-		})
+		p.media.Do(func() { p.spawn(func() { p.readRTP(tr) }) })
 	})
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
 		return fmt.Errorf("set offer: %w", err)
@@ -230,17 +229,15 @@ func (p *peer) answer(ctx context.Context, offer string) error {
 	if err != nil {
 		return fmt.Errorf("add track: %w", err)
 	}
-	p.wg.Add(2)
-	go func() { // drain RTCP so the interceptors see receiver reports
-		defer p.wg.Done()
+	p.spawn(func() { // drain RTCP so the interceptors see receiver reports
 		buf := make([]byte, 1500)
 		for {
 			if _, _, err := sender.Read(buf); err != nil {
 				return
 			}
 		}
-	}()
-	go func() { defer p.wg.Done(); p.mediaLoop(ctx) }()
+	})
+	p.spawn(func() { p.mediaLoop(ctx) })
 	ans, err := pc.CreateAnswer(nil)
 	if err != nil {
 		return fmt.Errorf("create answer: %w", err)
@@ -303,8 +300,26 @@ func (p *peer) closeSocket(code int, reason string) {
 	_ = p.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 }
 
+// spawn runs fn on a goroutine that shutdown waits for; after shutdown began it does nothing
+// (Pion callbacks can still fire while the connection closes).
+func (p *peer) spawn(fn func()) {
+	p.goMu.Lock()
+	defer p.goMu.Unlock()
+	if p.closed {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		fn()
+	}()
+}
+
 // shutdown stops every goroutine of the peer and releases the connection.
 func (p *peer) shutdown() {
+	p.goMu.Lock()
+	p.closed = true
+	p.goMu.Unlock()
 	p.cancel()
 	if p.pc != nil {
 		if err := p.pc.Close(); err != nil {
