@@ -347,6 +347,9 @@ func (g *Graph) GroupNorm(x Tensor, groups int, weight, bias *Tensor, eps float3
 	if x.Rank() < 2 || groups <= 0 || x.Dim(1)%int64(groups) != 0 {
 		return g.fail("GroupNorm", fmt.Sprintf("%d groups for channels of [B, C, ...]", groups), x)
 	}
+	if weight == nil && bias != nil {
+		return g.fail("GroupNorm", "bias without weight", x)
+	}
 	for _, p := range []*Tensor{weight, bias} {
 		if p != nil && numel(p.info().shape) != x.Dim(1) {
 			return g.fail("GroupNorm", "affine parameters must have C values", x, *p)
