@@ -555,8 +555,8 @@ func (g *Graph) matmul(name string, a, b Tensor, bias *Tensor, bT bool) Tensor {
 	if bias != nil && numel(bias.info().shape) != n {
 		return g.fail(name, fmt.Sprintf("bias of %d values for %d outputs", numel(bias.info().shape), n), a, b, *bias)
 	}
-	// Kernels read rows with unit stride; batch axes may broadcast.
-	ca, cb := g.rowContiguous(a), g.rowContiguous(b)
+	// The kernel takes any strides (it packs what BLAS cannot read); batch axes may broadcast.
+	ca, cb := a, b
 	ca = g.Expand(ca, append(slices.Clone(batch), m, k)...)
 	if bT {
 		cb = g.Expand(cb, append(slices.Clone(batch), n, k)...)
@@ -574,11 +574,10 @@ func (g *Graph) matmul(name string, a, b Tensor, bias *Tensor, bT bool) Tensor {
 	return g.addNode(cgo.OpMatmul, append(slices.Clone(batch), m, n), F32, s, [8]int64{tr}, [4]float32{})
 }
 
-// rowContiguous makes the last axis unit-stride and rows evenly spaced.
-func (g *Graph) rowContiguous(t Tensor) Tensor {
-	ti := t.info()
-	r := len(ti.shape)
-	if ti.stride[r-1] == 1 && ti.stride[r-2] >= ti.shape[r-1] {
+// innerContiguous makes the last axis unit-stride, the one layout requirement of kernels
+// that otherwise take any strides (attention).
+func (g *Graph) innerContiguous(t Tensor) Tensor {
+	if ti := t.info(); ti.stride[len(ti.stride)-1] == 1 {
 		return t
 	}
 	return g.copyOf(t)
@@ -603,7 +602,8 @@ func (g *Graph) Conv1D(x, w Tensor, bias *Tensor, stride, padLeft, padRight, dil
 	if tOut < 1 {
 		return g.fail("Conv1D", "input shorter than the kernel", x, w)
 	}
-	return g.addNode(cgo.OpConv1D, []int64{x.Dim(0), cout, tOut}, F32, srcs(g.Contiguous(x), &w, bias),
+	w = g.Contiguous(w)
+	return g.addNode(cgo.OpConv1D, []int64{x.Dim(0), cout, tOut}, F32, srcs(x, &w, bias),
 		[8]int64{stride, padLeft, padRight, dilation, groups}, [4]float32{})
 }
 
@@ -627,7 +627,8 @@ func (g *Graph) Conv2D(x, w Tensor, bias *Tensor, strideH, strideW, padH, padW, 
 	if h < 1 || wd < 1 {
 		return g.fail("Conv2D", "input smaller than the kernel", x, w)
 	}
-	return g.addNode(cgo.OpConv2D, []int64{x.Dim(0), cout, h, wd}, F32, srcs(g.Contiguous(x), &w, bias),
+	w = g.Contiguous(w)
+	return g.addNode(cgo.OpConv2D, []int64{x.Dim(0), cout, h, wd}, F32, srcs(x, &w, bias),
 		[8]int64{strideH, strideW, padH, padW, 1, 1, groups}, [4]float32{})
 }
 
@@ -651,7 +652,8 @@ func (g *Graph) ConvTranspose1D(x, w Tensor, bias *Tensor, stride, padding, outp
 	if tOut < 1 {
 		return g.fail("ConvTranspose1D", "empty output", x, w)
 	}
-	return g.addNode(cgo.OpConvTranspose1D, []int64{x.Dim(0), cout, tOut}, F32, srcs(g.Contiguous(x), &w, bias),
+	w = g.Contiguous(w)
+	return g.addNode(cgo.OpConvTranspose1D, []int64{x.Dim(0), cout, tOut}, F32, srcs(x, &w, bias),
 		[8]int64{stride, padding, outputPadding, dilation, groups}, [4]float32{})
 }
 
@@ -690,7 +692,7 @@ func (g *Graph) Attention(q, k, v Tensor, mask, bias *Tensor, scale float32) Ten
 	if scale == 0 {
 		scale = float32(1 / math.Sqrt(float64(d)))
 	}
-	s := []Tensor{g.Contiguous(q), g.Contiguous(k), g.Contiguous(v)}
+	s := []Tensor{g.innerContiguous(q), g.innerContiguous(k), g.innerContiguous(v)}
 	var ip [8]int64
 	if mask != nil {
 		if mask.Rank() > 2 {

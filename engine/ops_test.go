@@ -269,8 +269,20 @@ func TestOpConv1D(t *testing.T) {
 	x2, x2s := o.input("x2", 1, C2, T2)
 	w2, w2s := o.weight("w2", C2, 1, K2)
 	o.output("y2", o.g.Conv1D(x2, w2, nil, 1, 3, 1, 1, C2), 1, C2, T2+3+1-K2+1)
+	// The same conv on x given as a transposed view of [B, T, Cin]: the kernel reads strides.
+	xt, xts := o.input("xt", B, T, Cin)
+	o.output("yt", o.g.Conv1D(o.g.Transpose(xt, 1, 2), w, &b, 2, 2, 1, 2, 2), B, Cout, int64(tOut))
 	out := o.run()
 	near(t, "Conv1D", out["y"], refConv1D(xs, B, Cin, T, ws, Cout, K, bs, 2, 2, 2, 2, tOut))
+	xtc := make([]float32, len(xts)) // [B, T, Cin] → [B, Cin, T] for the reference
+	for bi := 0; bi < B; bi++ {
+		for ti := 0; ti < T; ti++ {
+			for c := 0; c < Cin; c++ {
+				xtc[(bi*Cin+c)*T+ti] = xts[(bi*T+ti)*Cin+c]
+			}
+		}
+	}
+	near(t, "Conv1D strided input", out["yt"], refConv1D(xtc, B, Cin, T, ws, Cout, K, bs, 2, 2, 2, 2, tOut))
 	near(t, "Conv1D depthwise", out["y2"], refConv1D(x2s, 1, C2, T2, w2s, C2, K2, nil, 1, 3, 1, C2, T2+3+1-K2+1))
 }
 
@@ -434,7 +446,21 @@ func TestOpAttention(t *testing.T) {
 	row, rs := o.weight("row", Tk) // broadcasts over Tq
 	o.output("mask", o.g.Attention(q, k, v, &row, nil, 0.7), B, H, Tq, Dv)
 	o.output("none", o.g.Attention(q, k, v, nil, nil, 1.1), B, H, Tq, Dv)
+	// q as heads split from [B, Tq, H·D] by a permuted view, as models build it.
+	qt, qts := o.input("qt", B, Tq, H*D)
+	qv := o.g.Permute(o.g.Reshape(qt, B, Tq, H, D), 0, 2, 1, 3)
+	o.output("view", o.g.Attention(qv, k, v, nil, nil, 1.1), B, H, Tq, Dv)
 	out := o.run()
+	qp := make([]float32, len(qts)) // [B, Tq, H, D] → [B, H, Tq, D] for the reference
+	for bi := 0; bi < B; bi++ {
+		for i := 0; i < Tq; i++ {
+			for h := 0; h < H; h++ {
+				for d := 0; d < D; d++ {
+					qp[((bi*H+h)*Tq+i)*D+d] = qts[((bi*Tq+i)*H+h)*D+d]
+				}
+			}
+		}
+	}
 	m := func(i, j int) float64 { return float64(maskv[i*Tk+j]) }
 	bf := func(h, i, j int) float64 { return float64(bs[(h*Tq+i)*Tk+j]) }
 	zm := func(i, j int) float64 { return 0 }
@@ -444,6 +470,7 @@ func TestOpAttention(t *testing.T) {
 	near(t, "Attention bias", out["bias"], refAttention(qs, ks, vs, B, H, Hk, Tq, Tk, D, Dv, float64(float32(0.3)), zm, bf))
 	near(t, "Attention row mask", out["mask"], refAttention(qs, ks, vs, B, H, Hk, Tq, Tk, D, Dv, float64(float32(0.7)), rm, zb))
 	near(t, "Attention plain", out["none"], refAttention(qs, ks, vs, B, H, Hk, Tq, Tk, D, Dv, float64(float32(1.1)), zm, zb))
+	near(t, "Attention permuted q", out["view"], refAttention(qp, ks, vs, B, H, Hk, Tq, Tk, D, Dv, float64(float32(1.1)), zm, zb))
 }
 
 func refRoPE(x []float32, BH, T, D int, pos []int32, dims int, half bool, theta float64) []float64 {
