@@ -128,6 +128,14 @@ func ForcePortable(on bool) {
 	C.vx_force_portable(C.int(v))
 }
 
+// LimitCPUFeatures makes kernels use only the detected features in mask (e.g. CPUAVX2|CPUFMA
+// to test the AVX2 paths on an AVX-512 machine) and returns the features in use. Init's mask
+// restores everything.
+func LimitCPUFeatures(mask int) int {
+	Init()
+	return int(C.vx_limit_cpu_features(C.int(mask)))
+}
+
 // Buffer is tensor memory allocated in C (64-byte aligned), so plans can point at it.
 type Buffer struct {
 	ptr   unsafe.Pointer

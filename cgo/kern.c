@@ -41,6 +41,8 @@ int vx_use_avx2(void) {
 	return (vx_cpu_features & (VX_CPU_AVX2 | VX_CPU_FMA)) == (VX_CPU_AVX2 | VX_CPU_FMA);
 }
 
+int vx_use_avx512(void) { return vx_use_avx2() && (vx_cpu_features & VX_CPU_AVX512F); }
+
 const vx_tensor *vx_src(const vx_node *n, const vx_tensor *t, int i) {
 	return (i < n->n_src && n->src[i] >= 0) ? &t[n->src[i]] : NULL;
 }

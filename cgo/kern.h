@@ -17,6 +17,9 @@ void vx_run_segs(vx_ctx *ctx, int64_t rows, int64_t len, double cost, int64_t mi
 /* Functions compiled for AVX2 + FMA, called only when vx_use_avx2() says the CPU has both. */
 #define AVX2_FN __attribute__((target("avx2,fma")))
 int vx_use_avx2(void);
+/* Functions compiled for AVX-512 (F), called only when vx_use_avx512() says so. */
+#define AVX512_FN __attribute__((target("avx512f,avx2,fma")))
+int vx_use_avx512(void);
 
 /* vx_src is source i of a node, or NULL when absent. */
 const vx_tensor *vx_src(const vx_node *n, const vx_tensor *t, int i);

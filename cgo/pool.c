@@ -111,6 +111,12 @@ void vx_force_portable(int on) {
 	vx_cpu_features = on ? 0 : detected;
 }
 
+int vx_limit_cpu_features(int mask) {
+	vx_init();
+	vx_cpu_features = detected & mask;
+	return vx_cpu_features;
+}
+
 /* ---- timing helper ---- */
 
 static inline int64_t now_ns(void) {

@@ -109,6 +109,9 @@ enum { VX_CPU_AVX2 = 1, VX_CPU_FMA = 2, VX_CPU_AVX512F = 4 };
 int vx_init(void);
 /* vx_force_portable(1) makes every kernel take its portable path (tests compare both). */
 void vx_force_portable(int on);
+/* vx_limit_cpu_features uses only the detected features in mask (tests run every SIMD level);
+ * it returns the features now in use. */
+int vx_limit_cpu_features(int mask);
 
 vx_ctx *vx_ctx_new(int n_threads);
 void vx_ctx_free(vx_ctx *ctx);
