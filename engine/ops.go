@@ -695,7 +695,7 @@ func (g *Graph) Attention(q, k, v Tensor, mask, bias *Tensor, scale float32) Ten
 	s := []Tensor{g.innerContiguous(q), g.innerContiguous(k), g.innerContiguous(v)}
 	var ip [8]int64
 	if mask != nil {
-		if mask.Rank() > 2 {
+		if b, ok := broadcastShape(mask.info().shape, []int64{tq, tk}); mask.Rank() > 2 || !ok || b[0] != tq || b[1] != tk {
 			return g.fail("Attention", "mask must broadcast to [Tq, Tk]", q, *mask)
 		}
 		s = append(s, g.Expand(*mask, tq, tk))
@@ -704,7 +704,7 @@ func (g *Graph) Attention(q, k, v Tensor, mask, bias *Tensor, scale float32) Ten
 		s = append(s, s[0]) // placeholder keeps bias at index 4
 	}
 	if bias != nil {
-		if bias.Rank() > 3 {
+		if b, ok := broadcastShape(bias.info().shape, []int64{h, tq, tk}); bias.Rank() > 3 || !ok || b[0] != h || b[1] != tq || b[2] != tk {
 			return g.fail("Attention", "bias must broadcast to [H, Tq, Tk]", q, *bias)
 		}
 		s = append(s, g.Expand(*bias, h, tq, tk))

@@ -151,3 +151,20 @@ func TestPlannerOnWavLMLargeShapes(t *testing.T) {
 		}
 	}
 }
+
+func TestMaskErrorsNameTheirOp(t *testing.T) {
+	g := NewGraph("masks")
+	q := g.Input("q", F32, 1, 2, 3, 4)
+	bad := g.Input("m", F32, 5, 7)
+	g.Attention(q, q, q, &bad, nil, 0)
+	if err := g.Err(); err == nil || !strings.Contains(err.Error(), "Attention") {
+		t.Fatalf("bad attention mask: %v", err)
+	}
+	g = NewGraph("masks")
+	x := g.Input("x", F32, 3, 4)
+	m := g.Input("m", F32, 2, 4)
+	g.Softmax(x, &m, 1)
+	if err := g.Err(); err == nil || !strings.Contains(err.Error(), "Softmax") {
+		t.Fatalf("bad softmax mask: %v", err)
+	}
+}
