@@ -1,5 +1,9 @@
-// Package qwen3 holds the Qwen3 language model that MioTTS runs. So far: its configuration
-// and tensor table, which the model file writer uses for random-weight models at real sizes.
+// Package qwen3 holds the Qwen3 language model that MioTTS runs: its configuration and tensor
+// table (which the model file writer uses for random-weight models at real sizes) and the
+// forward pass on the engine (model.go): Load binds the weights of an audio.cpp-packaged
+// GGUF into persistent buffers; a Session owns a KV cache ([KVHeads, MaxT, HeadDim] per
+// layer, keys after k_norm and RoPE) and runs prefill chunks and one-token steps, each a
+// program compiled once per (tokens, start position) shape and kept in an engine.Cache.
 package qwen3
 
 import (

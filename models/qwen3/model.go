@@ -1,0 +1,495 @@
+package qwen3
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/weights"
+)
+
+// layerWeights are one decoder layer's tensors (Hugging Face names under model.layers.N).
+type layerWeights struct {
+	InNorm   weights.Tensor `gguf:"input_layernorm.weight"`
+	Q        weights.Tensor `gguf:"self_attn.q_proj.weight"`
+	K        weights.Tensor `gguf:"self_attn.k_proj.weight"`
+	V        weights.Tensor `gguf:"self_attn.v_proj.weight"`
+	O        weights.Tensor `gguf:"self_attn.o_proj.weight"`
+	QNorm    weights.Tensor `gguf:"self_attn.q_norm.weight"`
+	KNorm    weights.Tensor `gguf:"self_attn.k_norm.weight"`
+	PostNorm weights.Tensor `gguf:"post_attention_layernorm.weight"`
+	Gate     weights.Tensor `gguf:"mlp.gate_proj.weight"`
+	Up       weights.Tensor `gguf:"mlp.up_proj.weight"`
+	Down     weights.Tensor `gguf:"mlp.down_proj.weight"`
+}
+
+// modelWeights are the tensors outside the layers; lm_head is only read when embeddings
+// are not tied. The layers (model.layers.%d) are bound one at a time (see FromSource).
+type modelWeights struct {
+	Embed weights.Tensor `gguf:"model.embed_tokens.weight"`
+	Norm  weights.Tensor `gguf:"model.norm.weight"`
+	Head  weights.Tensor `gguf:"lm_head.weight,optional"`
+}
+
+// expectShapes fills in the shapes Bind checks, all from the config.
+func (c Config) expectShapes(w *modelWeights) {
+	w.Embed.Shape = []int{c.Vocab, c.Hidden}
+	w.Norm.Shape = []int{c.Hidden}
+	w.Head.Shape = []int{c.Vocab, c.Hidden}
+}
+
+func (c Config) expectLayerShapes(l *layerWeights) {
+	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	l.InNorm.Shape = []int{c.Hidden}
+	l.Q.Shape = []int{q, c.Hidden}
+	l.K.Shape = []int{kv, c.Hidden}
+	l.V.Shape = []int{kv, c.Hidden}
+	l.O.Shape = []int{c.Hidden, q}
+	l.QNorm.Shape = []int{c.HeadDim}
+	l.KNorm.Shape = []int{c.HeadDim}
+	l.PostNorm.Shape = []int{c.Hidden}
+	l.Gate.Shape = []int{c.FFN, c.Hidden}
+	l.Up.Shape = []int{c.FFN, c.Hidden}
+	l.Down.Shape = []int{c.Hidden, c.FFN}
+}
+
+// prefixSource is the view of src under a dotted prefix ("model.layers.3."), so one layer
+// can be bound, copied into buffers and dropped before the next is read: the float32 copies
+// of a real-size checkpoint never exist all at once next to the buffers.
+type prefixSource struct {
+	src    weights.Source
+	prefix string
+}
+
+func (p prefixSource) Get(name string) ([]float32, []int, error) { return p.src.Get(p.prefix + name) }
+func (p prefixSource) Has(name string) bool                      { return p.src.Has(p.prefix + name) }
+func (p prefixSource) Prefix() string {
+	if q, ok := p.src.(interface{ Prefix() string }); ok {
+		return q.Prefix() + p.prefix
+	}
+	return p.prefix
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Hidden <= 0, c.Layers <= 0, c.Heads <= 0, c.KVHeads <= 0, c.HeadDim <= 0, c.FFN <= 0, c.Vocab <= 0:
+		return fmt.Errorf("qwen3: config has a non-positive dimension: %+v", c)
+	case c.Heads%c.KVHeads != 0:
+		return fmt.Errorf("qwen3: %d attention heads are not a multiple of %d KV heads", c.Heads, c.KVHeads)
+	case c.HeadDim%2 != 0:
+		return fmt.Errorf("qwen3: head_dim %d is odd (RoPE needs pairs)", c.HeadDim)
+	case c.RMSEps <= 0 || c.RopeTheta <= 0:
+		return fmt.Errorf("qwen3: rms_norm_eps %g and rope_theta %g must be positive", c.RMSEps, c.RopeTheta)
+	}
+	return nil
+}
+
+type layerBuffers struct {
+	inNorm, q, k, v, o, qNorm, kNorm, postNorm, gate, up, down *engine.Buffer
+}
+
+// Model is a loaded Qwen3 causal LM: its config and its weights in persistent engine
+// buffers, shared by every Session.
+type Model struct {
+	Config  Config
+	backend engine.Backend
+	embed   *engine.Buffer // [Vocab, Hidden], also the output head when tied
+	head    *engine.Buffer // [Vocab, Hidden]; == embed when tied
+	norm    *engine.Buffer
+	layers  []layerBuffers
+	bufs    []*engine.Buffer // every buffer, for Close
+}
+
+// ParseConfig reads a Hugging Face config.json. An eos_token_id list keeps its first id;
+// rope_scaling is not supported.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return c, fmt.Errorf("qwen3: config.json: %w", err)
+	}
+	if e := raw["eos_token_id"]; len(e) > 0 && e[0] == '[' {
+		var ids []int
+		if err := json.Unmarshal(e, &ids); err != nil || len(ids) == 0 {
+			return c, fmt.Errorf("qwen3: config.json: eos_token_id %s", e)
+		}
+		raw["eos_token_id"], _ = json.Marshal(ids[0])
+		data, _ = json.Marshal(raw)
+	}
+	if rs := raw["rope_scaling"]; len(rs) > 0 && string(rs) != "null" {
+		return c, fmt.Errorf("qwen3: config.json: rope_scaling %s is not supported", rs)
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, fmt.Errorf("qwen3: config.json: %w", err)
+	}
+	if c.HeadDim == 0 && c.Heads > 0 {
+		c.HeadDim = c.Hidden / c.Heads
+	}
+	return c, c.validate()
+}
+
+// Load opens an audio.cpp-packaged GGUF (config.json embedded, Hugging Face tensor names at
+// the root) and copies its weights into persistent buffers for backend.
+func Load(path string, backend engine.Backend) (*Model, error) {
+	f, err := gguf.OpenModel(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, ok := f.EmbeddedFile("config.json")
+	if !ok {
+		return nil, fmt.Errorf("qwen3: %s: no embedded config.json", path)
+	}
+	cfg, err := ParseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	return FromSource(cfg, f, backend)
+}
+
+// FromSource builds a Model from a config and a weight source.
+func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var w modelWeights
+	cfg.expectShapes(&w)
+	if err := weights.Bind(src, &w); err != nil {
+		return nil, fmt.Errorf("qwen3: %w", err)
+	}
+	m := &Model{Config: cfg, backend: backend}
+	var err error
+	fail := func(err error) (*Model, error) {
+		m.Close()
+		return nil, err
+	}
+	buf := func(name string, t *weights.Tensor) (*engine.Buffer, error) {
+		shape := make([]int64, len(t.Shape))
+		for i, d := range t.Shape {
+			shape[i] = int64(d)
+		}
+		b, err := engine.NewBufferFrom(name, t.Data, shape...)
+		if err != nil {
+			return nil, err
+		}
+		t.Data = nil // let the float32 copy go as soon as it is in the buffer
+		m.bufs = append(m.bufs, b)
+		return b, nil
+	}
+	if m.embed, err = buf("model.embed_tokens.weight", &w.Embed); err != nil {
+		return fail(err)
+	}
+	m.head = m.embed
+	if !cfg.TieEmbed {
+		if !w.Head.Present() {
+			return fail(fmt.Errorf("qwen3: tie_word_embeddings is false but lm_head.weight is missing"))
+		}
+		if m.head, err = buf("lm_head.weight", &w.Head); err != nil {
+			return fail(err)
+		}
+	}
+	if m.norm, err = buf("model.norm.weight", &w.Norm); err != nil {
+		return fail(err)
+	}
+	m.layers = make([]layerBuffers, cfg.Layers)
+	for i := range m.layers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		var layer layerWeights
+		lw, lb := &layer, &m.layers[i]
+		cfg.expectLayerShapes(lw)
+		if err := weights.Bind(prefixSource{src, p}, lw); err != nil {
+			return fail(fmt.Errorf("qwen3: %w", err))
+		}
+		for _, e := range []struct {
+			dst  **engine.Buffer
+			name string
+			t    *weights.Tensor
+		}{
+			{&lb.inNorm, "input_layernorm.weight", &lw.InNorm},
+			{&lb.q, "self_attn.q_proj.weight", &lw.Q},
+			{&lb.k, "self_attn.k_proj.weight", &lw.K},
+			{&lb.v, "self_attn.v_proj.weight", &lw.V},
+			{&lb.o, "self_attn.o_proj.weight", &lw.O},
+			{&lb.qNorm, "self_attn.q_norm.weight", &lw.QNorm},
+			{&lb.kNorm, "self_attn.k_norm.weight", &lw.KNorm},
+			{&lb.postNorm, "post_attention_layernorm.weight", &lw.PostNorm},
+			{&lb.gate, "mlp.gate_proj.weight", &lw.Gate},
+			{&lb.up, "mlp.up_proj.weight", &lw.Up},
+			{&lb.down, "mlp.down_proj.weight", &lw.Down},
+		} {
+			if *e.dst, err = buf(p+e.name, e.t); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Close frees the weight buffers; no session of the model may run afterwards.
+func (m *Model) Close() {
+	for _, b := range m.bufs {
+		b.Free()
+	}
+	m.bufs = nil
+}
+
+// Session is one generation: a KV cache of MaxT positions and the programs compiled for it.
+// A Session is used by one goroutine at a time.
+type Session struct {
+	m      *Model
+	maxT   int
+	pos    int              // positions already in the cache
+	kc, vc []*engine.Buffer // per layer [KVHeads, MaxT, HeadDim]
+	cache  *engine.Cache
+	head   *engine.Buffer // restricted output rows [R, Hidden] (SetOutputRows), or nil
+	logits []float32
+}
+
+// maxPrograms bounds the compiled programs a session keeps (one per (T, length) shape).
+const maxPrograms = 4096
+
+// NewSession makes a session whose KV cache holds maxTokens positions in all (prompt plus
+// generated tokens).
+func (m *Model) NewSession(maxTokens int) (*Session, error) {
+	c := m.Config
+	if maxTokens <= 0 {
+		return nil, fmt.Errorf("qwen3: session of %d tokens", maxTokens)
+	}
+	if c.MaxPos > 0 && maxTokens > c.MaxPos {
+		return nil, fmt.Errorf("qwen3: session of %d tokens exceeds max_position_embeddings %d", maxTokens, c.MaxPos)
+	}
+	s := &Session{m: m, maxT: maxTokens, cache: engine.NewCache(m.backend, maxPrograms)}
+	for i := range c.Layers {
+		k, err := engine.NewBuffer(fmt.Sprintf("kv.%d.k", i), engine.F32, int64(c.KVHeads), int64(maxTokens), int64(c.HeadDim))
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.kc = append(s.kc, k)
+		v, err := engine.NewBuffer(fmt.Sprintf("kv.%d.v", i), engine.F32, int64(c.KVHeads), int64(maxTokens), int64(c.HeadDim))
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.vc = append(s.vc, v)
+	}
+	return s, nil
+}
+
+// Pos is the number of positions in the KV cache.
+func (s *Session) Pos() int { return s.pos }
+
+// Reset empties the KV cache (the compiled programs are kept).
+func (s *Session) Reset() { s.pos = 0 }
+
+// Close frees the cache and the programs.
+func (s *Session) Close() {
+	if s.cache != nil {
+		s.cache.Close()
+	}
+	if s.head != nil {
+		s.head.Free()
+		s.head = nil
+	}
+	for _, b := range s.kc {
+		b.Free()
+	}
+	for _, b := range s.vc {
+		b.Free()
+	}
+	s.kc, s.vc, s.cache = nil, nil, nil
+}
+
+// KCache and VCache are layer i's caches, [KVHeads, MaxT, HeadDim] row-major (keys after
+// k_norm and RoPE); positions [0, Pos()) are valid. Shared memory, valid until Close.
+func (s *Session) KCache(i int) []float32 { return s.kc[i].Float32s() }
+func (s *Session) VCache(i int) []float32 { return s.vc[i].Float32s() }
+
+// Prefill feeds ids at positions Pos()..Pos()+len(ids)-1 and returns the logits of the last
+// one (over the whole vocabulary, or the rows chosen by SetOutputRows; a slice owned by the
+// session, valid until the next call).
+func (s *Session) Prefill(ids []int32) ([]float32, error) {
+	t := len(ids)
+	if t == 0 {
+		return nil, fmt.Errorf("qwen3: prefill of no tokens")
+	}
+	if s.cache == nil {
+		return nil, fmt.Errorf("qwen3: session is closed")
+	}
+	if s.pos+t > s.maxT {
+		return nil, fmt.Errorf("qwen3: %d tokens at position %d overflow the %d-position cache", t, s.pos, s.maxT)
+	}
+	vocab := int32(s.m.Config.Vocab)
+	for _, id := range ids {
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("qwen3: token id %d outside the vocabulary of %d", id, vocab)
+		}
+	}
+	p := s.pos
+	prog, err := s.program(t, p)
+	if err != nil {
+		return nil, err
+	}
+	copy(prog.InputInt32("ids"), ids)
+	pos := prog.InputInt32("pos")
+	for i := range pos {
+		pos[i] = int32(p + i)
+	}
+	if t > 1 {
+		// Causal additive mask over the cache [0, p+t): row i sees positions ≤ p+i.
+		mask := prog.Input("mask")
+		l := p + t
+		ninf := float32(math.Inf(-1))
+		for i := range t {
+			row := mask[i*l : (i+1)*l]
+			for j := range row {
+				if j <= p+i {
+					row[j] = 0
+				} else {
+					row[j] = ninf
+				}
+			}
+		}
+	}
+	if err := prog.Run(); err != nil {
+		return nil, err
+	}
+	s.pos += t
+	s.logits = append(s.logits[:0], prog.Output("logits")...)
+	return s.logits, nil
+}
+
+// SetOutputRows restricts the logits to the given vocabulary rows, in that order (for
+// MioTTS: the speech tokens and EOS), so the output head multiplies R rows instead of the
+// whole vocabulary; nil restores the full vocabulary. The compiled programs are dropped
+// (they are rebuilt for the new head); the KV cache is kept.
+func (s *Session) SetOutputRows(rows []int32) error {
+	if s.cache == nil {
+		return fmt.Errorf("qwen3: session is closed")
+	}
+	var head *engine.Buffer
+	if rows != nil {
+		if len(rows) == 0 {
+			return fmt.Errorf("qwen3: empty output row set")
+		}
+		hid := s.m.Config.Hidden
+		src := s.m.head.Float32s()
+		data := make([]float32, len(rows)*hid)
+		for i, r := range rows {
+			if r < 0 || int(r) >= s.m.Config.Vocab {
+				return fmt.Errorf("qwen3: output row %d outside the vocabulary of %d", r, s.m.Config.Vocab)
+			}
+			copy(data[i*hid:(i+1)*hid], src[int(r)*hid:(int(r)+1)*hid])
+		}
+		var err error
+		if head, err = engine.NewBufferFrom("lm_head.restricted", data, int64(len(rows)), int64(hid)); err != nil {
+			return err
+		}
+	}
+	s.cache.Close()
+	if s.head != nil {
+		s.head.Free()
+	}
+	s.head = head
+	return nil
+}
+
+// Programs is the number of compiled programs the session holds.
+func (s *Session) Programs() int { return s.cache.Len() }
+
+// ProgramStats compiles (or finds) the program for t tokens at position p and returns its
+// memory statistics.
+func (s *Session) ProgramStats(t, p int) (engine.PlanStats, error) {
+	prog, err := s.program(t, p)
+	if err != nil {
+		return engine.PlanStats{}, err
+	}
+	return prog.Stats(), nil
+}
+
+func (s *Session) program(t, p int) (engine.Program, error) {
+	if t <= 0 || p < 0 || p+t > s.maxT {
+		return nil, fmt.Errorf("qwen3: %d tokens at position %d do not fit the %d-position cache", t, p, s.maxT)
+	}
+	return s.cache.Get(fmt.Sprintf("T%d/P%d", t, p), func() (*engine.Graph, error) {
+		g := s.build(t, p)
+		return g, g.Err()
+	})
+}
+
+// Step feeds one token at position Pos() and returns its logits (see Prefill).
+func (s *Session) Step(id int32) ([]float32, error) { return s.Prefill([]int32{id}) }
+
+// build makes the graph for t new tokens at positions p..p+t-1 attending over cache[0, p+t).
+// The new keys (after k_norm and RoPE) and values are written into the cache by Assign.
+func (s *Session) build(t, p int) *engine.Graph {
+	c := s.m.Config
+	T, P, L := int64(t), int64(p), int64(p+t)
+	H, KV, D, maxT := int64(c.Heads), int64(c.KVHeads), int64(c.HeadDim), int64(s.maxT)
+	eps, theta := float32(c.RMSEps), float32(c.RopeTheta)
+
+	g := engine.NewGraph(fmt.Sprintf("qwen3[T=%d,p=%d]", t, p))
+	ids := g.Input("ids", engine.I32, T)
+	pos := g.Input("pos", engine.I32, T)
+	var mask *engine.Tensor
+	if t > 1 {
+		mk := g.Input("mask", engine.F32, T, L)
+		mask = &mk
+	}
+	embed := g.Persistent(s.m.embed)
+	x := g.GatherRows(embed, ids) // [T, Hidden]
+
+	// heads turns [T, n·D] into [1, n, T, D] (a view) after a per-head RMSNorm if norm != nil.
+	heads := func(y engine.Tensor, n int64, norm *engine.Buffer) engine.Tensor {
+		y = g.Reshape(y, T, n, D)
+		if norm != nil {
+			w := g.Persistent(norm)
+			y = g.RMSNorm(y, &w, eps)
+		}
+		return g.Permute(g.Reshape(y, 1, T, n, D), 0, 2, 1, 3)
+	}
+	// store writes the new rows y [1, KV, T, D] into cache rows [p, p+t) of every KV head
+	// and returns the cache view [1, KV, L, D]. Assign needs a contiguous destination, so
+	// each head is written on its own through a 2-D view [KV·MaxT, D] of the buffer.
+	store := func(buf *engine.Buffer, y engine.Tensor) engine.Tensor {
+		cb := g.Persistent(buf)
+		rows := g.Reshape(cb, KV*maxT, D)
+		for h := range KV {
+			dst := g.Reshape(g.Slice(rows, 0, h*maxT+P, h*maxT+P+T), 1, 1, T, D)
+			g.Assign(dst, g.Slice(y, 1, h, h+1))
+		}
+		return g.Slice(g.Reshape(cb, 1, KV, maxT, D), 2, 0, L)
+	}
+
+	for i, lb := range s.m.layers {
+		g.Label(fmt.Sprintf("model.layers.%d", i))
+		w := func(b *engine.Buffer) engine.Tensor { return g.Persistent(b) }
+		inNorm, postNorm := w(lb.inNorm), w(lb.postNorm)
+
+		h := g.RMSNorm(x, &inNorm, eps)
+		q := g.RoPE(heads(g.Linear(h, w(lb.q), nil), H, lb.qNorm), pos, D, engine.RoPEHalf, theta)
+		k := g.RoPE(heads(g.Linear(h, w(lb.k), nil), KV, lb.kNorm), pos, D, engine.RoPEHalf, theta)
+		v := heads(g.Linear(h, w(lb.v), nil), KV, nil)
+		kAll := store(s.kc[i], k)
+		vAll := store(s.vc[i], v)
+
+		att := g.Attention(q, kAll, vAll, mask, nil, 0) // [1, H, T, D]
+		att = g.Reshape(g.Permute(att, 0, 2, 1, 3), T, H*D)
+		x = g.Add(x, g.Linear(att, w(lb.o), nil))
+
+		h2 := g.RMSNorm(x, &postNorm, eps)
+		mlp := g.Mul(g.SiLU(g.Linear(h2, w(lb.gate), nil)), g.Linear(h2, w(lb.up), nil))
+		x = g.Add(x, g.Linear(mlp, w(lb.down), nil))
+	}
+	g.Label("head")
+	norm := g.Persistent(s.m.norm)
+	last := g.RMSNorm(g.Slice(x, 0, T-1, T), &norm, eps)
+	head := s.m.head
+	if s.head != nil {
+		head = s.head
+	}
+	g.Output("logits", g.Linear(last, g.Persistent(head), nil))
+	return g
+}
