@@ -1,6 +1,6 @@
 module github.com/voxpipe/voxpipe
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/gen2brain/malgo v0.11.24
@@ -10,6 +10,7 @@ require (
 	github.com/pion/sdp/v3 v3.0.20
 	github.com/pion/webrtc/v4 v4.2.26
 	go.uber.org/goleak v1.3.0
+	golang.org/x/text v0.44.0
 	golang.org/x/time v0.14.0
 	gopkg.in/hraban/opus.v2 v2.0.0-20230925203106-0188a62cb302
 )
