@@ -2,6 +2,7 @@ package dsp
 
 import (
 	"fmt"
+	"github.com/voxpipe/voxpipe/internal/golden"
 	"math"
 	"math/rand"
 	"os"
@@ -14,27 +15,8 @@ import (
 	"github.com/voxpipe/voxpipe/engine/gguf"
 )
 
-// goldenDir is $VOXPIPE_GOLDEN_DIR, or ../shared/golden relative to the repository root
-// (the first directory above the working directory holding go.mod).
-func goldenDir(t testing.TB) string {
-	if d := os.Getenv("VOXPIPE_GOLDEN_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "golden")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return filepath.Join("..", "shared", "golden")
-		}
-		dir = parent
-	}
-}
+// goldenDir is the golden folder (see internal/golden).
+func goldenDir(testing.TB) string { return golden.Root() }
 
 // streamChunks runs r over src in random chunk sizes (including empty ones) and flushes.
 func streamChunks(r *Resampler, src []float32, rng *rand.Rand, maxChunk int) []float32 {

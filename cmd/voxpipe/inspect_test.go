@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/voxpipe/voxpipe/internal/golden"
 	"math"
 	"os"
 	"path/filepath"
@@ -20,27 +21,8 @@ func inspectCmd(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-// inspectGoldenDir is VOXPIPE_GOLDEN_DIR, or ../shared/golden next to the repository root.
-func inspectGoldenDir(t *testing.T) string {
-	t.Helper()
-	if d := os.Getenv("VOXPIPE_GOLDEN_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "golden")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
+// inspectGoldenDir is the golden folder (see internal/golden).
+func inspectGoldenDir(*testing.T) string { return golden.Root() }
 
 func goldenModelPath(t *testing.T, family string) string {
 	t.Helper()

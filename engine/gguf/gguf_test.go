@@ -3,6 +3,7 @@ package gguf
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/voxpipe/voxpipe/internal/golden"
 	"math"
 	"os"
 	"path/filepath"
@@ -487,26 +488,8 @@ func TestHalf(t *testing.T) {
 	}
 }
 
-// goldenDir finds ../shared/golden relative to the repository root, or VOXPIPE_GOLDEN_DIR.
-func goldenDir(t testing.TB) string {
-	if d := os.Getenv("VOXPIPE_GOLDEN_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "golden")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
+// goldenDir is the golden folder (see internal/golden).
+func goldenDir(testing.TB) string { return golden.Root() }
 
 func TestGoldenResampleFile(t *testing.T) {
 	dir := goldenDir(t)

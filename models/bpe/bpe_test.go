@@ -3,8 +3,8 @@ package bpe
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/voxpipe/voxpipe/internal/golden"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,31 +18,9 @@ import (
 // goldenDir returns the MioTTS golden folder, or skips the test when it is absent.
 func goldenDir(tb testing.TB) string {
 	tb.Helper()
-	root := os.Getenv("VOXPIPE_GOLDEN_DIR")
-	if root == "" {
-		dir, err := os.Getwd()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				break
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				tb.Skip("golden data: repository root (go.mod) not found; set VOXPIPE_GOLDEN_DIR")
-			}
-			dir = parent
-		}
-		root = filepath.Join(dir, "..", "shared", "golden")
-	}
-	d := filepath.Join(root, "miotts")
-	for _, f := range []string{"model.gguf", "cases.gguf"} {
-		if _, err := os.Stat(filepath.Join(d, f)); err != nil {
-			tb.Skipf("golden data absent (%v); set VOXPIPE_GOLDEN_DIR to the folder holding miotts/", err)
-		}
-	}
-	return d
+	golden.Path(tb, "miotts", "model.gguf")
+	golden.Path(tb, "miotts", "cases.gguf")
+	return golden.Path(tb, "miotts")
 }
 
 var (

@@ -2,6 +2,7 @@ package qwen3
 
 import (
 	"encoding/binary"
+	goldendata "github.com/voxpipe/voxpipe/internal/golden"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,26 +15,8 @@ import (
 	"github.com/voxpipe/voxpipe/engine/gguf"
 )
 
-// goldenDir is VOXPIPE_GOLDEN_DIR or ../shared/golden from the repository root.
-func goldenDir(t testing.TB) string {
-	if d := os.Getenv("VOXPIPE_GOLDEN_DIR"); d != "" {
-		return d
-	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "golden")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
+// goldenDir is the golden folder (see internal/golden).
+func goldenDir(testing.TB) string { return goldendata.Root() }
 
 type golden struct {
 	model string
