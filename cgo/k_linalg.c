@@ -7,28 +7,18 @@
 #include <stdint.h>
 #include <string.h>
 #include <cblas.h>
-#include "vx.h"
+#include "kern.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define VX_HAVE_X86 1
 #endif
 
-static inline int use_avx2(void) {
-	return (vx_cpu_features & (VX_CPU_AVX2 | VX_CPU_FMA)) == (VX_CPU_AVX2 | VX_CPU_FMA);
-}
-
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t round_up(int64_t a, int64_t m) { return cdiv(a, m) * m; }
 
-/* Source i of node n, or NULL when absent. */
-static const vx_tensor *src_of(const vx_node *n, const vx_tensor *t, int i) {
-	if (i >= n->n_src || i >= VX_MAX_SRC || n->src[i] < 0)
-		return NULL;
-	return &t[n->src[i]];
-}
 
 static int is_f32(const vx_tensor *t) { return t && t->dtype == VX_F32 && t->data != NULL; }
 
@@ -303,7 +293,7 @@ static void matmul_task(void *p, int64_t i) {
 }
 
 int vx_k_matmul(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *A = src_of(node, t, 0), *B = src_of(node, t, 1), *bias = src_of(node, t, 2);
+	const vx_tensor *A = vx_src(node, t, 0), *B = vx_src(node, t, 1), *bias = vx_src(node, t, 2);
 	const vx_tensor *C = &t[node->dst];
 	int transB = node->ip[0] != 0;
 	if (!is_f32(A) || !is_f32(B) || !is_f32(C) || (bias && !is_f32(bias)))
@@ -608,7 +598,7 @@ static void conv1d_dw_task(void *p, int64_t i) {
 	float *out = j->y + b * j->syb + co * j->syc;
 	const float *w = j->w + co * j->K;
 #ifdef VX_HAVE_X86
-	if (j->stride == 1 && use_avx2()) {
+	if (j->stride == 1 && vx_use_avx2()) {
 		dw_row_avx2(xp, w, j->K, j->dil, bias, out, j->Tout);
 		return;
 	}
@@ -617,7 +607,7 @@ static void conv1d_dw_task(void *p, int64_t i) {
 }
 
 int vx_k_conv1d(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *X = src_of(node, t, 0), *W = src_of(node, t, 1), *bias = src_of(node, t, 2);
+	const vx_tensor *X = vx_src(node, t, 0), *W = vx_src(node, t, 1), *bias = vx_src(node, t, 2);
 	const vx_tensor *Y = &t[node->dst];
 	if (!is_f32(X) || !is_f32(W) || !is_f32(Y) || X->ndim != 3 || W->ndim != 3 || Y->ndim != 3)
 		return VX_ERR_BAD_SHAPE;
@@ -787,7 +777,7 @@ static void conv2d_task(void *p, int64_t i) {
 }
 
 int vx_k_conv2d(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *X = src_of(node, t, 0), *Wt = src_of(node, t, 1), *bias = src_of(node, t, 2);
+	const vx_tensor *X = vx_src(node, t, 0), *Wt = vx_src(node, t, 1), *bias = vx_src(node, t, 2);
 	const vx_tensor *Y = &t[node->dst];
 	if (!is_f32(X) || !is_f32(Wt) || !is_f32(Y) || X->ndim != 4 || Wt->ndim != 4 || Y->ndim != 4)
 		return VX_ERR_BAD_SHAPE;
@@ -937,7 +927,7 @@ static void convt_task(void *p, int64_t i) {
 }
 
 int vx_k_conv_transpose1d(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *X = src_of(node, t, 0), *W = src_of(node, t, 1), *bias = src_of(node, t, 2);
+	const vx_tensor *X = vx_src(node, t, 0), *W = vx_src(node, t, 1), *bias = vx_src(node, t, 2);
 	const vx_tensor *Y = &t[node->dst];
 	if (!is_f32(X) || !is_f32(W) || !is_f32(Y) || X->ndim != 3 || W->ndim != 3 || Y->ndim != 3)
 		return VX_ERR_BAD_SHAPE;
@@ -1298,10 +1288,10 @@ static int broadcast_2d(const vx_tensor *m, int64_t R, int64_t Cn, int head_dim,
 }
 
 int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *Q = src_of(node, t, 0), *K = src_of(node, t, 1), *V = src_of(node, t, 2);
+	const vx_tensor *Q = vx_src(node, t, 0), *K = vx_src(node, t, 1), *V = vx_src(node, t, 2);
 	const vx_tensor *O = &t[node->dst];
-	const vx_tensor *M = node->ip[0] ? src_of(node, t, 3) : NULL;
-	const vx_tensor *Bi = node->ip[1] ? src_of(node, t, 4) : NULL;
+	const vx_tensor *M = node->ip[0] ? vx_src(node, t, 3) : NULL;
+	const vx_tensor *Bi = node->ip[1] ? vx_src(node, t, 4) : NULL;
 	if (!is_f32(Q) || !is_f32(K) || !is_f32(V) || !is_f32(O))
 		return VX_ERR_BAD_SHAPE;
 	if ((node->ip[0] && !M) || (node->ip[1] && !Bi))
@@ -1398,7 +1388,7 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		j.sv[2] = j.Dv;
 	}
 	j.o = O->data;
-	j.simd = use_avx2();
+	j.simd = vx_use_avx2();
 
 	int nt = vx_ctx_threads(ctx);
 	/* decode with grouped heads: the G query heads of a kv head share one GEMM, provided

@@ -44,7 +44,7 @@ int vx_use_avx2(void) {
 int vx_use_avx512(void) { return vx_use_avx2() && (vx_cpu_features & VX_CPU_AVX512F); }
 
 const vx_tensor *vx_src(const vx_node *n, const vx_tensor *t, int i) {
-	return (i < n->n_src && n->src[i] >= 0) ? &t[n->src[i]] : NULL;
+	return (i < n->n_src && i < VX_MAX_SRC && n->src[i] >= 0) ? &t[n->src[i]] : NULL;
 }
 
 int vx_tensor_ok(const vx_tensor *x, int dtype) {
