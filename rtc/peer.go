@@ -331,6 +331,10 @@ func (p *peer) shutdown() {
 	p.conn.Close()
 }
 
+// drainFrames is how long an underflow keeps feeding the processor (PLC, then silence): longer
+// than any voice's latency, so its tail is heard when the sender pauses.
+const drainFrames = 500 / frameMs
+
 // mediaFrame is the scratch of the media loop, allocated once per session.
 type mediaFrame struct {
 	dec     *opus.Decoder
@@ -408,13 +412,13 @@ func (p *peer) phaseStep(f *mediaFrame) time.Duration {
 
 // statsAccumulator sums per-frame timings between two stats messages.
 type statsAccumulator struct {
-	frames                              int
-	jitter, decode, encode              time.Duration
-	latency                             time.Duration
-	latencyN                            int
-	resample0, process0                 time.Duration
-	haveBase                            bool
-	fecRecovered, plcFrames, concealRun int
+	frames                  int
+	jitter, decode, encode  time.Duration
+	latency                 time.Duration
+	latencyN                int
+	resample0, process0     time.Duration
+	haveBase                bool
+	fecRecovered, plcFrames int
 }
 
 func (p *peer) frame(f *mediaFrame, acc *statsAccumulator, now time.Time) {
@@ -451,8 +455,9 @@ func (p *peer) frame(f *mediaFrame, acc *statsAccumulator, now time.Time) {
 			}
 		}
 	case buffers.Empty:
-		if f.decoded {
-			// Underflow: conceal briefly, then feed silence so the voice's tail plays out.
+		if f.decoded && f.plcRun < drainFrames {
+			// Underflow: conceal briefly, then feed silence until the voice's held-back tail
+			// has played out; after that an idle sender costs no processing.
 			n = frameSize
 			if f.plcRun < 3 && f.dec.DecodePLCFloat32(f.in[:n]) == nil {
 				acc.plcFrames++
