@@ -27,16 +27,16 @@ func NewSgemmBench(m, n, k int) (*SgemmBench, error) {
 	return s, nil
 }
 
-// Run makes calls separate cgo calls of one sgemm each, with OpenBLAS's own threading set to
-// threads, and returns the mean time of one call: the same calling pattern as an engine
-// program of one matmul node.
-func (s *SgemmBench) Run(threads, calls int) time.Duration {
+// Run makes calls separate cgo calls of perCall sgemms each, with OpenBLAS's own threading set
+// to threads, and returns the mean time of one sgemm: the same calling pattern as an engine
+// program of perCall matmul nodes.
+func (s *SgemmBench) Run(threads, calls, perCall int) time.Duration {
 	Init()
 	t0 := time.Now()
 	for range calls {
-		benchOpenBLASSgemm(threads, s.m, s.n, s.k, true, s.a, s.b, s.c, 1)
+		benchOpenBLASSgemm(threads, s.m, s.n, s.k, true, s.a, s.b, s.c, perCall)
 	}
-	return time.Since(t0) / time.Duration(max(calls, 1))
+	return time.Since(t0) / time.Duration(max(calls*perCall, 1))
 }
 
 // Free releases the matrices.
