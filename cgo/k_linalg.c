@@ -239,7 +239,7 @@ static void split_gemm(int64_t m, int64_t n, int64_t want, int64_t *mb, int64_t 
 		int can_n = cdiv(n, pn + 1) >= 64;
 		if (!can_m && !can_n)
 			break;
-		if (can_m && (!can_n || m / pm >= n / pn / 4))
+		if (can_m && (!can_n || m / pm >= n / pn))
 			pm++;
 		else
 			pn++;
