@@ -60,6 +60,7 @@ const (
 	OpConvTranspose1D Op = C.VX_OP_CONV_TRANSPOSE1D
 	OpRoPE            Op = C.VX_OP_ROPE
 	OpAttention       Op = C.VX_OP_ATTENTION
+	OpScatterRows     Op = C.VX_OP_SCATTER_ROWS
 )
 
 // Unary functions for OpUnary (ip[0]).

@@ -6,6 +6,7 @@ static const vx_kernel_fn kernels[VX_OP_COUNT] = {
 	[VX_OP_CONCAT] = vx_k_concat,
 	[VX_OP_PAD] = vx_k_pad,
 	[VX_OP_GATHER_ROWS] = vx_k_gather_rows,
+	[VX_OP_SCATTER_ROWS] = vx_k_scatter_rows,
 	[VX_OP_INTERP_LINEAR] = vx_k_interp_linear,
 	[VX_OP_UNARY] = vx_k_unary,
 	[VX_OP_BINARY] = vx_k_binary,

@@ -251,6 +251,37 @@ int vx_k_gather_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	return VX_OK;
 }
 
+/* ---- SCATTER_ROWS ---- */
+
+int vx_k_scatter_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
+	(void)ctx;
+	const vx_tensor *rows = vx_src(node, t, 0), *ix = vx_src(node, t, 1), *tab = &t[node->dst];
+	if (node->n_src != 2 || !vx_tensor_ok(rows, -1) || !vx_tensor_ok(ix, VX_I32) || !vx_tensor_ok(tab, rows ? rows->dtype : -1))
+		return VX_ERR_BAD_SHAPE;
+	if (tab->ndim < 2 || rows->ndim != tab->ndim || !vx_is_contiguous(tab) || !vx_is_contiguous(rows) ||
+	    !vx_is_contiguous(ix))
+		return VX_ERR_BAD_SHAPE;
+	int nd = tab->ndim;
+	int64_t N = tab->shape[nd - 2], D = tab->shape[nd - 1], M = vx_numel(ix);
+	if (rows->shape[nd - 2] != M || rows->shape[nd - 1] != D)
+		return VX_ERR_BAD_SHAPE;
+	for (int i = 0; i < nd - 2; i++)
+		if (rows->shape[i] != tab->shape[i])
+			return VX_ERR_BAD_SHAPE;
+	const int32_t *idx = ix->data;
+	for (int64_t i = 0; i < M; i++)
+		if (idx[i] < 0 || idx[i] >= N)
+			return VX_ERR_BAD_SHAPE;
+	int64_t L = vx_numel(tab) / (N * D);
+	char *dst = tab->data;
+	const char *src = rows->data;
+	size_t row = (size_t)D * 4; /* f32 and i32 alike */
+	for (int64_t l = 0; l < L; l++)
+		for (int64_t i = 0; i < M; i++)
+			memcpy(dst + ((l * N + idx[i]) * D) * 4, src + ((l * M + i) * D) * 4, row);
+	return VX_OK;
+}
+
 /* ---- INTERP_LINEAR ---- */
 
 typedef struct {

@@ -68,6 +68,9 @@ typedef enum {
 	                      (H % Hk == 0: grouped-query), src3 additive mask [Tq, Tk] optional,
 	                      src4 additive bias [H, Tq, Tk] optional (strided/broadcast);
 	                      fp[0] scale; ip[0] = has mask, ip[1] = has bias; dst [B, H, Tq, Dv] */
+	VX_OP_SCATTER_ROWS, /* dst table [L, N, D] (written in place, usually a persistent cache),
+	                      src0 rows [L, M, D], src1 idx [M] i32: table[l, idx[i], :] = rows[l, i, :]
+	                      (L may be absent: [N, D] and [M, D]); indices bounds-checked */
 	VX_OP_COUNT
 } vx_op;
 
@@ -132,6 +135,7 @@ int vx_k_copy(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_concat(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_pad(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_gather_rows(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_scatter_rows(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_interp_linear(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_unary(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_binary(vx_ctx *, const vx_node *, const vx_tensor *);

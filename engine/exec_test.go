@@ -94,3 +94,52 @@ func TestPersistentStateSurvivesRuns(t *testing.T) {
 		t.Fatalf("persistent bytes %d, want 12", st.PersistentBytes)
 	}
 }
+
+func TestScatterRowsUpdatesACacheAtRunTimePositions(t *testing.T) {
+	// A [2 heads, 6 positions, 3] cache; each run writes 2 new rows at positions from an input.
+	cache, err := NewBuffer("kv", F32, 2, 6, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Free()
+	g := NewGraph("scatter")
+	rows := g.Input("rows", F32, 2, 2, 3)
+	pos := g.Input("pos", I32, 2)
+	kv := g.Persistent(cache)
+	g.ScatterRows(kv, g.Scale(rows, 2, 0), pos)
+	g.Output("sum", g.Sum(g.Reshape(kv, 2, 18), 1)) // reads the cache after the write
+	cpu, err := NewCPU(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	prog, err := cpu.Compile(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	for step, at := range [][]int32{{0, 1}, {4, 2}} {
+		for i := range prog.Input("rows") {
+			prog.Input("rows")[i] = float32(step*100 + i)
+		}
+		copy(prog.InputInt32("pos"), at)
+		if err := prog.Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := cache.Float32s()
+	// Step 1 wrote rows 100.. (×2) at positions 4 and 2 of each head; step 0 rows 0.. at 0, 1.
+	want := map[[2]int]float32{{0, 0}: 0, {0, 1}: 6, {0, 4}: 200, {0, 2}: 206, {1, 0}: 12, {1, 4}: 212}
+	for k, v := range want {
+		if got := c[(k[0]*6+k[1])*3]; got != v {
+			t.Errorf("cache[head %d, pos %d, 0] = %v, want %v", k[0], k[1], got, v)
+		}
+	}
+	if c[(0*6+3)*3] != 0 || c[(1*6+5)*3] != 0 {
+		t.Error("rows never written are not zero")
+	}
+	copy(prog.InputInt32("pos"), []int32{6, 0})
+	if err := prog.Run(); err == nil {
+		t.Fatal("position 6 of a 6-row cache accepted")
+	}
+}

@@ -523,6 +523,25 @@ func (g *Graph) Assign(dst, src Tensor) {
 	g.nodes = append(g.nodes, node{op: cgo.OpCopy, src: []int{src.id}, dst: dst.id, label: g.label})
 }
 
+// ScatterRows writes rows [..., M, D] into a persistent table [..., N, D] at the int32 row
+// indices idx [M] (a KV-cache update at positions given at run time, so one program serves
+// every position).
+func (g *Graph) ScatterRows(table, rows, idx Tensor) {
+	if g.err != nil {
+		return
+	}
+	ti, ri := table.info(), rows.info()
+	r := len(ti.shape)
+	ok := ti.kind == kindPersistent && isContiguous(ti) && r >= 2 && len(ri.shape) == r &&
+		idx.Rank() == 1 && idx.DType() == I32 && ri.dtype == ti.dtype &&
+		ri.shape[r-2] == idx.Dim(0) && ri.shape[r-1] == ti.shape[r-1] && slices.Equal(ri.shape[:r-2], ti.shape[:r-2])
+	if !ok {
+		g.fail("ScatterRows", "want a contiguous persistent table [..., N, D], rows [..., M, D] and int32 indices [M]", table, rows, idx)
+		return
+	}
+	g.nodes = append(g.nodes, node{op: cgo.OpScatterRows, src: []int{g.Contiguous(rows).id, g.Contiguous(idx).id}, dst: table.id, label: g.label})
+}
+
 // ---- linear algebra ----
 
 // Matmul multiplies [.., M, K] by [.., K, N] with broadcast batch axes.
