@@ -247,8 +247,8 @@ type Session struct {
 	logits []float32
 }
 
-// maxPrograms bounds the compiled programs a session keeps (one per (T, length) shape).
-const maxPrograms = 4096
+// maxPrograms bounds the compiled programs a session keeps (one per (tokens, cache bucket)).
+const maxPrograms = 256
 
 // NewSession makes a session whose KV cache holds maxTokens positions in all (prompt plus
 // generated tokens).
@@ -328,7 +328,7 @@ func (s *Session) Prefill(ids []int32) ([]float32, error) {
 		}
 	}
 	p := s.pos
-	prog, err := s.program(t, p)
+	prog, l, err := s.program(t, p)
 	if err != nil {
 		return nil, err
 	}
@@ -337,19 +337,17 @@ func (s *Session) Prefill(ids []int32) ([]float32, error) {
 	for i := range pos {
 		pos[i] = int32(p + i)
 	}
-	if t > 1 {
-		// Causal additive mask over the cache [0, p+t): row i sees positions ≤ p+i.
-		mask := prog.Input("mask")
-		l := p + t
-		ninf := float32(math.Inf(-1))
-		for i := range t {
-			row := mask[i*l : (i+1)*l]
-			for j := range row {
-				if j <= p+i {
-					row[j] = 0
-				} else {
-					row[j] = ninf
-				}
+	// Causal additive mask over the cache bucket [0, l): row i sees positions ≤ p+i; the rest
+	// of the bucket (not yet written) is masked too.
+	mask := prog.Input("mask")
+	ninf := float32(math.Inf(-1))
+	for i := range t {
+		row := mask[i*l : (i+1)*l]
+		for j := range row {
+			if j <= p+i {
+				row[j] = 0
+			} else {
+				row[j] = ninf
 			}
 		}
 	}
@@ -402,42 +400,47 @@ func (s *Session) Programs() int { return s.cache.Len() }
 // ProgramStats compiles (or finds) the program for t tokens at position p and returns its
 // memory statistics.
 func (s *Session) ProgramStats(t, p int) (engine.PlanStats, error) {
-	prog, err := s.program(t, p)
+	prog, _, err := s.program(t, p)
 	if err != nil {
 		return engine.PlanStats{}, err
 	}
 	return prog.Stats(), nil
 }
 
-func (s *Session) program(t, p int) (engine.Program, error) {
+// bucket is the granularity of the attended cache length: one program serves every position
+// whose cache fits the same bucket.
+const bucket = 64
+
+// program returns the program for t new tokens at position p and the cache length it attends.
+func (s *Session) program(t, p int) (engine.Program, int, error) {
 	if t <= 0 || p < 0 || p+t > s.maxT {
-		return nil, fmt.Errorf("qwen3: %d tokens at position %d do not fit the %d-position cache", t, p, s.maxT)
+		return nil, 0, fmt.Errorf("qwen3: %d tokens at position %d do not fit the %d-position cache", t, p, s.maxT)
 	}
-	return s.cache.Get(fmt.Sprintf("T%d/P%d", t, p), func() (*engine.Graph, error) {
-		g := s.build(t, p)
+	l := min(s.maxT, (p+t+bucket-1)/bucket*bucket)
+	prog, err := s.cache.Get(fmt.Sprintf("T%d/L%d", t, l), func() (*engine.Graph, error) {
+		g := s.build(t, l)
 		return g, g.Err()
 	})
+	return prog, l, err
 }
 
 // Step feeds one token at position Pos() and returns its logits (see Prefill).
 func (s *Session) Step(id int32) ([]float32, error) { return s.Prefill([]int32{id}) }
 
-// build makes the graph for t new tokens at positions p..p+t-1 attending over cache[0, p+t).
-// The new keys (after k_norm and RoPE) and values are written into the cache by Assign.
-func (s *Session) build(t, p int) *engine.Graph {
+// build makes the graph for t new tokens at the positions of the "pos" input, attending over
+// cache[0, l) under the "mask" input. The new keys (after k_norm and RoPE) and values are
+// written into the cache rows given by "pos" (ScatterRows), so one program serves every
+// position whose cache fits l.
+func (s *Session) build(t, l int) *engine.Graph {
 	c := s.m.Config
-	T, P, L := int64(t), int64(p), int64(p+t)
+	T, L := int64(t), int64(l)
 	H, KV, D, maxT := int64(c.Heads), int64(c.KVHeads), int64(c.HeadDim), int64(s.maxT)
 	eps, theta := float32(c.RMSEps), float32(c.RopeTheta)
 
-	g := engine.NewGraph(fmt.Sprintf("qwen3[T=%d,p=%d]", t, p))
+	g := engine.NewGraph(fmt.Sprintf("qwen3[T=%d,L=%d]", t, l))
 	ids := g.Input("ids", engine.I32, T)
 	pos := g.Input("pos", engine.I32, T)
-	var mask *engine.Tensor
-	if t > 1 {
-		mk := g.Input("mask", engine.F32, T, L)
-		mask = &mk
-	}
+	mask := g.Input("mask", engine.F32, T, L)
 	embed := g.Persistent(s.m.embed)
 	x := g.GatherRows(embed, ids) // [T, Hidden]
 
@@ -450,16 +453,11 @@ func (s *Session) build(t, p int) *engine.Graph {
 		}
 		return g.Permute(g.Reshape(y, 1, T, n, D), 0, 2, 1, 3)
 	}
-	// store writes the new rows y [1, KV, T, D] into cache rows [p, p+t) of every KV head
-	// and returns the cache view [1, KV, L, D]. Assign needs a contiguous destination, so
-	// each head is written on its own through a 2-D view [KV·MaxT, D] of the buffer.
+	// store writes the new rows y [1, KV, T, D] into the cache rows given by pos of every KV
+	// head and returns the attended cache view [1, KV, L, D].
 	store := func(buf *engine.Buffer, y engine.Tensor) engine.Tensor {
-		cb := g.Persistent(buf)
-		rows := g.Reshape(cb, KV*maxT, D)
-		for h := range KV {
-			dst := g.Reshape(g.Slice(rows, 0, h*maxT+P, h*maxT+P+T), 1, 1, T, D)
-			g.Assign(dst, g.Slice(y, 1, h, h+1))
-		}
+		cb := g.Persistent(buf) // [KV, MaxT, D]
+		g.ScatterRows(cb, g.Reshape(y, KV, T, D), pos)
 		return g.Slice(g.Reshape(cb, 1, KV, maxT, D), 2, 0, L)
 	}
 
@@ -475,7 +473,7 @@ func (s *Session) build(t, p int) *engine.Graph {
 		kAll := store(s.kc[i], k)
 		vAll := store(s.vc[i], v)
 
-		att := g.Attention(q, kAll, vAll, mask, nil, 0) // [1, H, T, D]
+		att := g.Attention(q, kAll, vAll, &mask, nil, 0) // [1, H, T, D]
 		att = g.Reshape(g.Permute(att, 0, 2, 1, 3), T, H*D)
 		x = g.Add(x, g.Linear(att, w(lb.o), nil))
 
