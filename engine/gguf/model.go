@@ -1,6 +1,7 @@
 package gguf
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/bits"
@@ -337,6 +338,26 @@ func (m *Model) Get(name string) ([]float32, []int, error) {
 		return nil, nil, err
 	}
 	return data, append([]int{}, t.Shape...), nil
+}
+
+// GetInt32 returns an I32 tensor's values (token ids, positions in test cases) and its shape.
+func (m *Model) GetInt32(name string) ([]int32, []int, error) {
+	t, ok := m.Tensor(name)
+	if !ok {
+		return nil, nil, fmt.Errorf("gguf: tensor %q not found", m.prefix+name)
+	}
+	raw, info, err := m.File.TensorData(t.Info.Name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("gguf: tensor %q: %w", t.FullName, err)
+	}
+	if info.Type != I32 {
+		return nil, nil, fmt.Errorf("gguf: tensor %q is %s, not I32", t.FullName, info.Type)
+	}
+	out := make([]int32, len(raw)/4)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return out, append([]int{}, t.Shape...), nil
 }
 
 // EmbeddedFiles returns the names of the embedded files in stored order (shared; do not

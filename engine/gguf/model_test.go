@@ -498,3 +498,32 @@ func TestOpenModelErrors(t *testing.T) {
 		t.Errorf("bad metadata: %v", err)
 	}
 }
+
+func TestGetInt32(t *testing.T) {
+	var buf bytes.Buffer
+	ids := []byte{1, 0, 0, 0, 0xfe, 0xff, 0xff, 0xff}
+	if err := Write(&buf, KV{}, []WriteTensor{
+		{Name: "ids", Shape: []int{2}, Type: I32, Raw: ids},
+		{Name: "x", Shape: []int{2}, Data: []float32{1, 2}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewModel(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, shape, err := m.GetInt32("ids")
+	if err != nil || len(v) != 2 || v[0] != 1 || v[1] != -2 || shape[0] != 2 {
+		t.Fatalf("GetInt32: %v %v %v", v, shape, err)
+	}
+	if _, _, err := m.GetInt32("x"); err == nil {
+		t.Fatal("an F32 tensor read as I32")
+	}
+	if _, _, err := m.GetInt32("nope"); err == nil {
+		t.Fatal("a missing tensor read")
+	}
+}

@@ -1,7 +1,6 @@
 package sampler
 
 import (
-	"encoding/binary"
 	"math"
 	"runtime"
 	"strconv"
@@ -43,22 +42,11 @@ func (gd *golden) f32(t testing.TB, name string) ([]float32, []int) {
 
 func (gd *golden) i32(t testing.TB, name string) []int32 {
 	t.Helper()
-	mt, ok := gd.cases.Tensor(name)
-	if !ok {
-		t.Fatalf("cases.gguf: no tensor %q", name)
-	}
-	raw, info, err := gd.cases.File.TensorData(mt.Info.Name)
+	v, _, err := gd.cases.GetInt32(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Type != gguf.I32 {
-		t.Fatalf("cases.gguf: %s is %s, want I32", name, info.Type)
-	}
-	out := make([]int32, len(raw)/4)
-	for i := range out {
-		out[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
+	return v
 }
 
 // sampleConfig is the sampled case's settings from cases.gguf metadata.
