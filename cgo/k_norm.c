@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kern.h"
+#include "simd.h"
 
 /* A contiguous f32 vector of exactly n elements (per-channel or per-feature parameters). */
 static int param_ok(const vx_tensor *p, int64_t n) {
@@ -18,35 +18,6 @@ static int param_ok(const vx_tensor *p, int64_t n) {
 }
 
 /* ---- vector helpers ---- */
-
-static inline AVX2_FN __m256i tail_mask(int64_t r) {
-	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* e^x: same construction and accuracy as k_elem.c's v_exp (keep the two in step). */
-static inline AVX2_FN __m256 v_exp(__m256 x) {
-	__m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-104.0f)), _mm256_set1_ps(89.0f));
-	__m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-	                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-	__m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693147182464599609375f), xc);
-	r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-1.904654299957768e-09f), r);
-	__m256 p = _mm256_set1_ps(1.0f / 5040);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-	__m256i ni = _mm256_cvtps_epi32(n);
-	__m256i n1 = _mm256_srai_epi32(ni, 1);
-	__m256i n2 = _mm256_sub_epi32(ni, n1);
-	__m256i bias = _mm256_set1_epi32(127);
-	__m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
-	__m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
-	__m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-	return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
 
 static inline AVX2_FN double hsum_pd(__m256d v) {
 	__m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
