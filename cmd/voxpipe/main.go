@@ -23,6 +23,7 @@ var commands = []command{
 	{"devices", "list local audio input and output devices", runDevices},
 	{"mkmodel", "write a random-weight model file at real or tiny dimensions (for benchmarks)", runMkmodel},
 	{"bench", "benchmarks: bench loopback --sessions N --seconds S --json", runBench},
+	{"golden", "check a model family against its golden reference outputs: golden --family miotts", runGolden},
 	{"inspect", "show a GGUF model file: metadata, embedded files, tensors", runInspect},
 }
 

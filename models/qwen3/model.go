@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
@@ -245,6 +246,8 @@ type Session struct {
 	cache  *engine.Cache
 	head   *engine.Buffer // restricted output rows [R, Hidden] (SetOutputRows), or nil
 	logits []float32
+	trace  bool                 // programs also output the embeddings and every layer's residual
+	hidden map[string][]float32 // the traced tensors of the last call
 }
 
 // maxPrograms bounds the compiled programs a session keeps (one per (tokens, cache bucket)).
@@ -356,8 +359,23 @@ func (s *Session) Prefill(ids []int32) ([]float32, error) {
 	}
 	s.pos += t
 	s.logits = append(s.logits[:0], prog.Output("logits")...)
+	if s.trace {
+		s.hidden = map[string][]float32{"embed": slices.Clone(prog.Output("embed"))}
+		for i := range s.m.layers {
+			name := fmt.Sprintf("layer%d", i)
+			s.hidden[name] = slices.Clone(prog.Output(name))
+		}
+	}
 	return s.logits, nil
 }
+
+// Trace makes the following calls also keep the token embeddings ("embed") and each
+// layer's residual stream ("layer0", ...) for all their tokens, read with Hidden: for
+// golden checks, not for serving.
+func (s *Session) Trace(on bool) { s.trace = on }
+
+// Hidden returns a traced tensor of the last call, [tokens, Hidden], or nil.
+func (s *Session) Hidden(name string) []float32 { return s.hidden[name] }
 
 // SetOutputRows restricts the logits to the given vocabulary rows, in that order (for
 // MioTTS: the speech tokens and EOS), so the output head multiplies R rows instead of the
@@ -417,7 +435,11 @@ func (s *Session) program(t, p int) (engine.Program, int, error) {
 		return nil, 0, fmt.Errorf("qwen3: %d tokens at position %d do not fit the %d-position cache", t, p, s.maxT)
 	}
 	l := min(s.maxT, (p+t+bucket-1)/bucket*bucket)
-	prog, err := s.cache.Get(fmt.Sprintf("T%d/L%d", t, l), func() (*engine.Graph, error) {
+	key := fmt.Sprintf("T%d/L%d", t, l)
+	if s.trace {
+		key += "/trace"
+	}
+	prog, err := s.cache.Get(key, func() (*engine.Graph, error) {
 		g := s.build(t, l)
 		return g, g.Err()
 	})
@@ -443,6 +465,9 @@ func (s *Session) build(t, l int) *engine.Graph {
 	mask := g.Input("mask", engine.F32, T, L)
 	embed := g.Persistent(s.m.embed)
 	x := g.GatherRows(embed, ids) // [T, Hidden]
+	if s.trace {
+		g.Output("embed", x)
+	}
 
 	// heads turns [T, n·D] into [1, n, T, D] (a view) after a per-head RMSNorm if norm != nil.
 	heads := func(y engine.Tensor, n int64, norm *engine.Buffer) engine.Tensor {
@@ -480,6 +505,9 @@ func (s *Session) build(t, l int) *engine.Graph {
 		h2 := g.RMSNorm(x, &postNorm, eps)
 		mlp := g.Mul(g.SiLU(g.Linear(h2, w(lb.gate), nil)), g.Linear(h2, w(lb.up), nil))
 		x = g.Add(x, g.Linear(mlp, w(lb.down), nil))
+		if s.trace {
+			g.Output(fmt.Sprintf("layer%d", i), x)
+		}
 	}
 	g.Label("head")
 	norm := g.Persistent(s.m.norm)

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/internal/golden"
+	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/models/miotts"
+)
+
+// goldenFamilies run every case of one family's golden folder against its model file.
+var goldenFamilies = map[string]func(r *parity.Run, be engine.Backend) error{
+	"miotts": miotts.Golden,
+}
+
+func goldenFamilyNames() string {
+	var names []string
+	for n := range goldenFamilies {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+func runGolden(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("golden", "golden --family NAME [--dir GOLDEN_ROOT] [--threads N]", stderr)
+	family := fs.String("family", "", "model family: "+goldenFamilyNames())
+	dir := fs.String("dir", golden.Root(), "golden root holding FAMILY/model.gguf and FAMILY/cases.gguf")
+	threads := fs.Int("threads", min(runtime.NumCPU(), 4), "engine threads")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	check, ok := goldenFamilies[*family]
+	if !ok {
+		fs.Usage()
+		return fmt.Errorf("--family %q: use one of %s", *family, goldenFamilyNames())
+	}
+	if *dir == "" {
+		return errors.New("--dir is required (no repository root found to default to ../shared/golden)")
+	}
+	r, err := parity.Open(*dir, *family)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	be, err := engine.NewCPU(*threads)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	start := time.Now()
+	err = check(r, be)
+	stages := r.Finish()
+	failed := 0
+	for _, s := range stages {
+		fmt.Fprintln(stdout, s.String())
+		if !s.OK() {
+			failed++
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", *family, err)
+	}
+	fmt.Fprintf(stdout, "%s: %d stages, %d failed (%.1fs)\n", *family, len(stages), failed, time.Since(start).Seconds())
+	if failed > 0 {
+		return fmt.Errorf("%d of %d stages failed", failed, len(stages))
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+// Package embcache keeps speaker embeddings computed from reference clips, keyed by the
+// clip's content and the model that embedded it, in memory and optionally in a directory,
+// so a voice is embedded once and a restart does not recompute it.
+package embcache
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Cache maps keys to embeddings. The zero value is a memory-only cache.
+type Cache struct {
+	Dir string // "" keeps embeddings in memory only
+
+	mu       sync.Mutex
+	mem      map[string][]float32
+	inflight map[string]*call
+}
+
+type call struct {
+	done chan struct{}
+	emb  []float32
+	err  error
+}
+
+// New makes a cache backed by dir ("" for memory only), creating dir if needed.
+func New(dir string) (*Cache, error) {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("embedding cache: %w", err)
+		}
+	}
+	return &Cache{Dir: dir}, nil
+}
+
+// Key identifies a clip for one model: a hash of the model id, the sample rate and the
+// samples.
+func Key(model string, samples []float32, rate int) string {
+	h := sha256.New()
+	var b [8]byte
+	h.Write([]byte(model))
+	h.Write([]byte{0})
+	binary.LittleEndian.PutUint64(b[:], uint64(rate))
+	h.Write(b[:])
+	buf := make([]byte, 4*1024)
+	for len(samples) > 0 {
+		n := min(len(samples), len(buf)/4)
+		for i, v := range samples[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+		}
+		h.Write(buf[:4*n])
+		samples = samples[n:]
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// Get returns the embedding stored under key, or computes, stores and returns it.
+// Concurrent calls for the same key compute it once.
+func (c *Cache) Get(key string, compute func() ([]float32, error)) ([]float32, error) {
+	c.mu.Lock()
+	if e, ok := c.mem[key]; ok {
+		c.mu.Unlock()
+		return e, nil
+	}
+	if cl, ok := c.inflight[key]; ok {
+		c.mu.Unlock()
+		<-cl.done
+		return cl.emb, cl.err
+	}
+	cl := &call{done: make(chan struct{})}
+	if c.inflight == nil {
+		c.inflight = map[string]*call{}
+	}
+	c.inflight[key] = cl
+	c.mu.Unlock()
+
+	cl.emb, cl.err = c.load(key)
+	if cl.emb == nil && cl.err == nil {
+		if cl.emb, cl.err = compute(); cl.err == nil {
+			cl.err = c.store(key, cl.emb)
+		}
+	}
+	c.mu.Lock()
+	delete(c.inflight, key)
+	if cl.err == nil {
+		if c.mem == nil {
+			c.mem = map[string][]float32{}
+		}
+		c.mem[key] = cl.emb
+	}
+	c.mu.Unlock()
+	close(cl.done)
+	return cl.emb, cl.err
+}
+
+func (c *Cache) path(key string) string { return filepath.Join(c.Dir, key+".emb") }
+
+// load reads a stored embedding; (nil, nil) when there is none or the file is unusable
+// (a damaged file is recomputed, not trusted).
+func (c *Cache) load(key string) ([]float32, error) {
+	if c.Dir == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(c.path(key))
+	if err != nil || len(data) < 8 || string(data[:4]) != "VXEM" {
+		return nil, nil
+	}
+	n := int(binary.LittleEndian.Uint32(data[4:8]))
+	if len(data) != 8+4*n {
+		return nil, nil
+	}
+	emb := make([]float32, n)
+	for i := range emb {
+		emb[i] = math.Float32frombits(binary.LittleEndian.Uint32(data[8+4*i:]))
+	}
+	return emb, nil
+}
+
+// store writes atomically: a crash leaves either the old state or the whole file.
+func (c *Cache) store(key string, emb []float32) error {
+	if c.Dir == "" {
+		return nil
+	}
+	data := make([]byte, 8+4*len(emb))
+	copy(data, "VXEM")
+	binary.LittleEndian.PutUint32(data[4:], uint32(len(emb)))
+	for i, v := range emb {
+		binary.LittleEndian.PutUint32(data[8+4*i:], math.Float32bits(v))
+	}
+	tmp, err := os.CreateTemp(c.Dir, ".emb-*")
+	if err != nil {
+		return fmt.Errorf("embedding cache: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("embedding cache: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("embedding cache: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("embedding cache: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), c.path(key)); err != nil {
+		return fmt.Errorf("embedding cache: %w", err)
+	}
+	return nil
+}

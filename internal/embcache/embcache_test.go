@@ -1,0 +1,64 @@
+package embcache
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+func TestKey(t *testing.T) {
+	a := []float32{0.1, -0.2, 0.3}
+	if Key("m", a, 16000) != Key("m", slices.Clone(a), 16000) {
+		t.Error("same clip, different keys")
+	}
+	for _, k := range []string{Key("m2", a, 16000), Key("m", a, 44100), Key("m", []float32{0.1, -0.2, 0.31}, 16000)} {
+		if k == Key("m", a, 16000) {
+			t.Error("different input, same key")
+		}
+	}
+}
+
+func TestComputeOnceAndSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	c, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	compute := func() ([]float32, error) { calls.Add(1); return []float32{1, 2, 3}, nil }
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if e, err := c.Get("k", compute); err != nil || !slices.Equal(e, []float32{1, 2, 3}) {
+				t.Errorf("got %v, %v", e, err)
+			}
+		})
+	}
+	wg.Wait()
+	if calls.Load() != 1 {
+		t.Errorf("computed %d times, want once", calls.Load())
+	}
+	// A new cache on the same directory (a restart) reads the file instead of computing.
+	c2, _ := New(dir)
+	e, err := c2.Get("k", func() ([]float32, error) { return nil, errors.New("recomputed") })
+	if err != nil || !slices.Equal(e, []float32{1, 2, 3}) {
+		t.Errorf("after restart: %v, %v", e, err)
+	}
+	// A damaged file is recomputed, not trusted.
+	os.WriteFile(filepath.Join(dir, "k.emb"), []byte("VXEM\x09\x00\x00\x00junk"), 0o644)
+	c3, _ := New(dir)
+	if e, err := c3.Get("k", compute); err != nil || !slices.Equal(e, []float32{1, 2, 3}) || calls.Load() != 2 {
+		t.Errorf("damaged file: %v, %v, %d computes", e, err, calls.Load())
+	}
+	// Errors are returned and not cached.
+	if _, err := c3.Get("bad", func() ([]float32, error) { return nil, errors.New("boom") }); err == nil {
+		t.Error("error not returned")
+	}
+	if e, err := c3.Get("bad", compute); err != nil || len(e) != 3 {
+		t.Errorf("after an error: %v, %v", e, err)
+	}
+}

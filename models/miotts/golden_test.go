@@ -1,0 +1,21 @@
+package miotts
+
+import (
+	"testing"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/internal/parity"
+)
+
+func TestGolden(t *testing.T) {
+	r := parity.OpenT(t, "miotts")
+	be, err := engine.NewCPU(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if err := Golden(r, be); err != nil {
+		t.Fatal(err)
+	}
+	parity.Require(t, r.Finish())
+}
