@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
-	"github.com/voxpipe/voxpipe/internal/golden"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,7 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/internal/golden"
+	"github.com/voxpipe/voxpipe/models/miotts"
 )
 
 func inspectCmd(t *testing.T, args ...string) (string, string, int) {
@@ -288,6 +291,24 @@ func TestMkmodelTinyMatchesTheGoldenLayout(t *testing.T) {
 	}
 	if _, ok := made.EmbeddedFile("config.json"); !ok {
 		t.Error("no embedded config.json")
+	}
+	// The model loads as a MioTTS LM (tokenizer included) and generates speech tokens.
+	be, err := engine.NewCPU(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	lm, err := miotts.LoadLM(out, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lm.Close()
+	n := 0
+	if _, err := lm.Generate(context.Background(), "Hello", miotts.GenOptions{MaxNew: 5}, func(int32) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Error("no speech token generated")
 	}
 	if _, stderr, code := runCmd(t, "mkmodel", "--family", "meanvc2", "--out", out); code == 0 || !strings.Contains(stderr, "lands with") {
 		t.Errorf("meanvc2 without a table: exit %d, %q", code, stderr)

@@ -2,16 +2,19 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/models/bpe"
 	"github.com/voxpipe/voxpipe/models/qwen3"
 )
 
@@ -132,5 +135,48 @@ func miottsModel(cfg qwen3.Config, size string, seed uint64, dt gguf.DType, prog
 		}
 	}
 	files := []gguf.EmbeddedFile{{Name: "config.json", Data: conf}, {Name: "generation_config.json", Data: gen}}
-	return kv, tensors, files, nil
+	tok, err := byteLevelTokenizer(cfg, size)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return kv, tensors, append(files, tok...), nil
+}
+
+// byteLevelTokenizer makes tokenizer files for a random model: the 256 byte symbols as the
+// whole BPE vocabulary (no merges, so text costs one token per byte) and the chat and speech
+// tokens at the ids the published tokenizer gives them (tiny: right after <|im_end|>).
+func byteLevelTokenizer(cfg qwen3.Config, size string) ([]gguf.EmbeddedFile, error) {
+	vocab := map[string]int{}
+	for b, r := range bpe.ByteSymbols() {
+		vocab[string(r)] = b
+	}
+	added := map[string]map[string]any{}
+	add := func(id int, content string, special bool) {
+		added[strconv.Itoa(id)] = map[string]any{"content": content, "special": special,
+			"lstrip": false, "rstrip": false, "normalized": false, "single_word": false}
+	}
+	eos := cfg.EOSTokenID
+	add(eos-2, "<|endoftext|>", true)
+	add(eos-1, "<|im_start|>", true)
+	add(eos, "<|im_end|>", true)
+	speech0 := eos + 1
+	if size != "tiny" {
+		speech0 = 151669 // Qwen3 keeps 23 other added tokens between <|im_end|> and <|s_0|>
+	}
+	if speech0+12800 > cfg.Vocab || eos-2 < 256 {
+		return nil, fmt.Errorf("vocabulary of %d has no room for the speech tokens", cfg.Vocab)
+	}
+	for c := range 12800 {
+		add(speech0+c, "<|s_"+strconv.Itoa(c)+"|>", false)
+	}
+	v, err := json.Marshal(vocab)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := json.Marshal(map[string]any{"added_tokens_decoder": added, "eos_token": "<|im_end|>"})
+	if err != nil {
+		return nil, err
+	}
+	return []gguf.EmbeddedFile{{Name: "vocab.json", Data: v}, {Name: "merges.txt", Data: []byte("#version: 0.2\n")},
+		{Name: "tokenizer_config.json", Data: tc}}, nil
 }

@@ -80,6 +80,9 @@ func byteSymbols() (sym [256]rune) {
 	return sym
 }
 
+// ByteSymbols is the GPT-2 byte -> unicode symbol table (for writing byte-level vocabularies).
+func ByteSymbols() [256]rune { return byteSymbols() }
+
 var (
 	byteToSym = byteSymbols()
 	symToByte = func() map[rune]byte {
