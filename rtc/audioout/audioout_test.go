@@ -1,0 +1,173 @@
+package audioout
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"gopkg.in/hraban/opus.v2"
+)
+
+func sine(rate int, hz, amp float64, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(amp * math.Sin(2*math.Pi*hz*float64(i)/float64(rate)))
+	}
+	return x
+}
+
+// encodeInPieces feeds src in uneven pieces, as a synthesizer would.
+func encodeInPieces(t *testing.T, f Format, src []float32, srcRate int) []byte {
+	t.Helper()
+	e, err := NewEncoder(f, srcRate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for i, n := 0, 0; i < len(src); i += n {
+		n = min(len(src)-i, 1000+i%777)
+		if out, err = e.Encode(out, src[i:i+n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err = e.Flush(out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// tone measures the frequency (zero crossings) and RMS of the middle half of x.
+func tone(x []float64, rate int) (hz, rms float64) {
+	x = x[len(x)/4 : 3*len(x)/4]
+	cross := 0
+	for i := 1; i < len(x); i++ {
+		if (x[i-1] < 0) != (x[i] < 0) {
+			cross++
+		}
+		rms += x[i] * x[i]
+	}
+	return float64(cross) / 2 / (float64(len(x)) / float64(rate)), math.Sqrt(rms / float64(len(x)))
+}
+
+func TestPCMAndMuLaw(t *testing.T) {
+	src := sine(44100, 440, 0.5, 44100)
+	for _, rate := range []int{8000, 16000, 24000, 48000} {
+		pcm := encodeInPieces(t, Format{Encoding: PCM, SampleRate: rate}, src, 44100)
+		if want := rate; math.Abs(float64(len(pcm)/2-want)) > float64(want)/100 {
+			t.Errorf("pcm %d Hz: %d samples for 1 s", rate, len(pcm)/2)
+		}
+		x := make([]float64, len(pcm)/2)
+		for i := range x {
+			x[i] = float64(int16(binary.LittleEndian.Uint16(pcm[2*i:]))) / 32768
+		}
+		if hz, rms := tone(x, rate); math.Abs(hz-440) > 2 || math.Abs(rms-0.5/math.Sqrt2) > 0.01 {
+			t.Errorf("pcm %d Hz: tone %.1f Hz rms %.3f", rate, hz, rms)
+		}
+	}
+	mu := encodeInPieces(t, Format{Encoding: MuLaw}, src, 44100)
+	x := make([]float64, len(mu))
+	for i, b := range mu {
+		x[i] = float64(MuLawToLinear(b)) / 32768
+	}
+	if hz, rms := tone(x, 8000); math.Abs(hz-440) > 2 || math.Abs(rms-0.5/math.Sqrt2) > 0.01 {
+		t.Errorf("mulaw: tone %.1f Hz rms %.3f", hz, rms)
+	}
+	// G.711 reference points: silence, the largest codes, and sox's decoder agreeing.
+	if linearToMuLaw(0) != 0xFF || linearToMuLaw(32767) != 0x80 || linearToMuLaw(-32768) != 0x00 {
+		t.Errorf("mulaw codes: 0→%#x max→%#x min→%#x", linearToMuLaw(0), linearToMuLaw(32767), linearToMuLaw(-32768))
+	}
+	for v := -32768; v < 32768; v += 7 {
+		got := int(MuLawToLinear(linearToMuLaw(int16(v))))
+		if d := math.Abs(float64(got - v)); d > math.Max(8, math.Abs(float64(v))/16) {
+			t.Fatalf("mulaw round trip %d → %d", v, got)
+		}
+	}
+	if sox, err := exec.LookPath("sox"); err == nil {
+		dir := t.TempDir()
+		raw, wav := filepath.Join(dir, "a.ul"), filepath.Join(dir, "a.wav")
+		os.WriteFile(raw, mu, 0o644)
+		if out, err := exec.Command(sox, "-t", "ul", "-r", "8000", "-c", "1", raw, "-b", "16", "-e", "signed-integer", wav).CombinedOutput(); err != nil {
+			t.Fatalf("sox: %v %s", err, out)
+		}
+		data, _ := os.ReadFile(wav)
+		data = data[44:]
+		for i := 0; i < min(len(mu), len(data)/2); i++ {
+			if s := int16(binary.LittleEndian.Uint16(data[2*i:])); s != MuLawToLinear(mu[i]) {
+				t.Fatalf("sample %d: sox decodes %d, we %d", i, s, MuLawToLinear(mu[i]))
+			}
+		}
+	}
+}
+
+func TestWAVHeader(t *testing.T) {
+	w := encodeInPieces(t, Format{Encoding: WAV, SampleRate: 16000}, sine(16000, 300, 0.3, 1600), 16000)
+	if string(w[:4]) != "RIFF" || string(w[8:16]) != "WAVEfmt " || binary.LittleEndian.Uint32(w[24:]) != 16000 || len(w) != 44+3200 {
+		t.Errorf("wav header %q, %d bytes", w[:44], len(w))
+	}
+}
+
+func TestOggOpusDecodes(t *testing.T) {
+	src := sine(44100, 440, 0.5, 44100)
+	for _, rate := range []int{48000, 16000} {
+		ogg := encodeInPieces(t, Format{Encoding: Opus, SampleRate: rate}, src, 44100)
+		s, err := opus.NewStream(bytes.NewReader(ogg))
+		if err != nil {
+			t.Fatalf("%d Hz: opusfile refuses the stream: %v", rate, err)
+		}
+		var x []float64
+		buf := make([]float32, 5760)
+		for {
+			n, err := s.ReadFloat32(buf)
+			if err == io.EOF || n == 0 {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range buf[:n] {
+				x = append(x, float64(v))
+			}
+		}
+		s.Close()
+		// opusfile decodes at 48 kHz and honours pre-skip and the final granule position.
+		if math.Abs(float64(len(x)-48000)) > 960 {
+			t.Errorf("%d Hz: decoded %d samples at 48 kHz for 1 s", rate, len(x))
+		}
+		if hz, rms := tone(x, 48000); math.Abs(hz-440) > 3 || math.Abs(rms-0.5/math.Sqrt2) > 0.05 {
+			t.Errorf("%d Hz: tone %.1f Hz rms %.3f", rate, hz, rms)
+		}
+	}
+	// A corrupted byte breaks the page CRC: the decoder must notice.
+	ogg := encodeInPieces(t, Format{Encoding: Opus}, src, 44100)
+	ogg[len(ogg)/2] ^= 0x55
+	if s, err := opus.NewStream(bytes.NewReader(ogg)); err == nil {
+		n, total := 0, 0
+		buf := make([]float32, 5760)
+		for {
+			if n, err = s.ReadFloat32(buf); err != nil || n == 0 {
+				break
+			}
+			total += n
+		}
+		if total >= 48000-960 {
+			t.Errorf("corrupt page not detected (%d samples decoded)", total)
+		}
+	}
+}
+
+func TestFormatValidate(t *testing.T) {
+	for _, f := range []Format{{Encoding: "flac"}, {Encoding: PCM, SampleRate: 11025}, {Encoding: Opus, SampleRate: 44100}} {
+		if err := f.Validate(); err == nil {
+			t.Errorf("%+v accepted", f)
+		}
+	}
+	f := Format{}
+	if err := f.Validate(); err != nil || f.Encoding != PCM || f.SampleRate != 24000 {
+		t.Errorf("defaults: %+v %v", f, err)
+	}
+}
