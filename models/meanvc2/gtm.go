@@ -1,0 +1,61 @@
+package meanvc2
+
+import (
+	"fmt"
+
+	"github.com/voxpipe/voxpipe/engine"
+)
+
+// Timbre is one target voice as the DiT uses it: the speaker embedding and the GTM memory
+// computed from it once.
+type Timbre struct {
+	Spk []float32 // [SpkDim]
+	K   []float32 // [GTMSlots, GTMHidden] timbre memory keys
+	V   []float32 // [GTMSlots, GTMHidden] values
+}
+
+// Timbre runs the GTM on a speaker embedding (once per target voice).
+func (d *DiT) Timbre(spk []float32) (Timbre, error) {
+	c := d.Config
+	if len(spk) != c.SpkDim {
+		return Timbre{}, fmt.Errorf("meanvc2: timbre: speaker embedding of %d values, want %d", len(spk), c.SpkDim)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	prog, err := d.gtmCache.Get("gtm", func() (*engine.Graph, error) {
+		g := d.buildGTM()
+		return g, g.Err()
+	})
+	if err != nil {
+		return Timbre{}, fmt.Errorf("meanvc2: timbre: %w", err)
+	}
+	copy(prog.Input("spk"), spk)
+	if err := prog.Run(); err != nil {
+		return Timbre{}, fmt.Errorf("meanvc2: timbre: %w", err)
+	}
+	return Timbre{
+		Spk: append([]float32(nil), spk...),
+		K:   append([]float32(nil), prog.Output("k")...),
+		V:   append([]float32(nil), prog.Output("v")...),
+	}, nil
+}
+
+// buildGTM: for k and v, Linear → SiLU → Linear → [slots, hidden] + tanh(prior) → LayerNorm.
+func (d *DiT) buildGTM() *engine.Graph {
+	c := d.Config
+	g := engine.NewGraph("meanvc2.gtm")
+	spk := g.Input("spk", engine.F32, 1, int64(c.SpkDim))
+	for _, s := range []struct {
+		name  string
+		mlp   [2]lin
+		prior *engine.Buffer
+		norm  lin
+	}{{"k", d.gtmK, d.kPrior, d.normK}, {"v", d.gtmV, d.vPrior, d.normV}} {
+		g.Label("gtm." + s.name)
+		h := d.linear(g, g.SiLU(d.linear(g, spk, s.mlp[0])), s.mlp[1])
+		h = g.Reshape(h, int64(c.GTMSlots), int64(c.GTMHidden))
+		h = g.Add(h, g.Tanh(g.Persistent(s.prior)))
+		g.Output(s.name, d.layerNorm(g, h, s.norm, c.LNEps))
+	}
+	return g
+}
