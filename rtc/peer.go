@@ -387,7 +387,11 @@ func (p *peer) runClock(ctx context.Context, f *mediaFrame) {
 		}
 		next = next.Add(-p.phaseStep(f))
 		if acc.frames >= 1000/frameMs {
-			p.send(p.stats(&acc))
+			st := p.stats(&acc)
+			if p.srv.cfg.OnStats != nil {
+				p.srv.cfg.OnStats(st)
+			}
+			p.send(st)
 			acc = statsAccumulator{}
 		}
 		timer.Reset(time.Until(next))

@@ -34,6 +34,8 @@ type Config struct {
 	Logger    *slog.Logger
 	// OnSession, if set, is told about every session that starts and ends (for metrics).
 	OnSession func(id string, started bool)
+	// OnStats, if set, gets every once-a-second stats report (for metrics).
+	OnStats func(StatsMessage)
 }
 
 // Server answers WebSocket signaling at /v1/rtc and runs one peer per socket.

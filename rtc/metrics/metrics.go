@@ -1,0 +1,131 @@
+// Package metrics exports the server's Prometheus metrics at /metrics: sessions by mode,
+// TTS time to first audio and real-time factor, live-voice latency and queue age, late and
+// dropped chunks, admission load and refused requests. Every name starts with voxpipe_.
+package metrics
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/voxpipe/voxpipe/rtc"
+	"github.com/voxpipe/voxpipe/stream"
+)
+
+// Metrics holds the collectors; its methods are the hooks the servers call.
+type Metrics struct {
+	reg       *prometheus.Registry
+	sessions  *prometheus.GaugeVec
+	ttfa      *prometheus.HistogramVec
+	rtf       *prometheus.HistogramVec
+	audio     *prometheus.CounterVec
+	rejected  *prometheus.CounterVec
+	latency   prometheus.Histogram
+	queueAge  prometheus.Histogram
+	late      prometheus.Counter
+	dropped   prometheus.Counter
+	droppedMs prometheus.Counter
+
+	mu   sync.Mutex
+	last map[string]rtc.StatsMessage // per live session: the previous totals, for deltas
+}
+
+// New registers the collectors, plus Go runtime and process metrics.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), last: map[string]rtc.StatsMessage{}}
+	lat := []float64{.02, .04, .06, .08, .1, .15, .2, .3, .5, 1, 2}
+	m.sessions = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "voxpipe_sessions",
+		Help: "Open sessions by mode (vc: live voice over WebRTC; tts_ws, tts_http: text to speech streams)."}, []string{"mode"})
+	m.ttfa = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "voxpipe_tts_ttfa_seconds",
+		Help: "Text to speech: request to first audio.", Buckets: []float64{.05, .1, .2, .3, .4, .6, .8, 1, 1.5, 2, 4}}, []string{"model"})
+	m.rtf = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "voxpipe_tts_rtf",
+		Help: "Text to speech: synthesis time / audio time per finished stream.", Buckets: []float64{.05, .1, .2, .3, .5, .75, 1, 1.5, 2}}, []string{"model"})
+	m.audio = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "voxpipe_tts_audio_seconds_total",
+		Help: "Text to speech: audio produced."}, []string{"model"})
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "voxpipe_rejected_requests_total",
+		Help: "Requests refused (reason busy: no free stream slot within the queue deadline)."}, []string{"model", "reason"})
+	m.latency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "voxpipe_vc_latency_seconds",
+		Help: "Live voice: server latency per session and second (RTP arrival to output frame sent).", Buckets: lat})
+	m.queueAge = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "voxpipe_queue_age_seconds",
+		Help: "Live voice: age of the oldest sample waiting in a session's output queue.", Buckets: lat})
+	m.late = prometheus.NewCounter(prometheus.CounterOpts{Name: "voxpipe_late_chunks_total",
+		Help: "Live voice: processor chunks whose compute took longer than their audio."})
+	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "voxpipe_dropped_chunks_total",
+		Help: "Live voice: chunks of audio dropped by the stale-audio policy and jitter shedding."})
+	m.droppedMs = prometheus.NewCounter(prometheus.CounterOpts{Name: "voxpipe_dropped_audio_seconds_total",
+		Help: "Live voice: audio dropped by the stale-audio policy and jitter shedding."})
+	m.reg.MustRegister(m.sessions, m.ttfa, m.rtf, m.audio, m.rejected, m.latency, m.queueAge, m.late, m.dropped, m.droppedMs,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the metrics in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+
+// Session counts a session of a mode in (started) or out.
+func (m *Metrics) Session(mode string, started bool) {
+	if started {
+		m.sessions.WithLabelValues(mode).Inc()
+	} else {
+		m.sessions.WithLabelValues(mode).Dec()
+	}
+}
+
+// VCSession is rtc.Config.OnSession: it also forgets the session's totals when it ends.
+func (m *Metrics) VCSession(id string, started bool) {
+	m.Session("vc", started)
+	if !started {
+		m.mu.Lock()
+		delete(m.last, id)
+		m.mu.Unlock()
+	}
+}
+
+// VCStats is rtc.Config.OnStats: a live session's once-a-second report.
+func (m *Metrics) VCStats(s rtc.StatsMessage) {
+	m.mu.Lock()
+	prev := m.last[s.SessionID]
+	m.last[s.SessionID] = s
+	m.mu.Unlock()
+	if s.Latency.Server > 0 {
+		m.latency.Observe(s.Latency.Server / 1000)
+	}
+	m.queueAge.Observe(s.Queue.AgeMs / 1000)
+	m.late.Add(float64(max(0, s.LateChunks-prev.LateChunks)))
+	m.dropped.Add(float64(max(0, s.DroppedChunks-prev.DroppedChunks)))
+	m.droppedMs.Add(max(0, s.DroppedMs-prev.DroppedMs) / 1000)
+}
+
+// TTSDone records a finished text-to-speech stream.
+func (m *Metrics) TTSDone(model string, ttfa time.Duration, audio time.Duration, rtf float64) {
+	if ttfa > 0 {
+		m.ttfa.WithLabelValues(model).Observe(ttfa.Seconds())
+	}
+	if audio > 0 {
+		m.audio.WithLabelValues(model).Add(audio.Seconds())
+		m.rtf.WithLabelValues(model).Observe(rtf)
+	}
+}
+
+// Rejected counts a refused request.
+func (m *Metrics) Rejected(model, reason string) { m.rejected.WithLabelValues(model, reason).Inc() }
+
+// Admission exports a model's admission load as gauges read at scrape time.
+func (m *Metrics) Admission(model string, a *stream.Admission) {
+	for _, g := range []struct {
+		name, help string
+		f          func(stream.AdmissionStats) float64
+	}{
+		{"voxpipe_admission_active", "Stream slots in use.", func(s stream.AdmissionStats) float64 { return float64(s.Active) }},
+		{"voxpipe_admission_slots", "Stream slots configured.", func(s stream.AdmissionStats) float64 { return float64(s.Slots) }},
+		{"voxpipe_admission_queued", "Requests waiting for a slot.", func(s stream.AdmissionStats) float64 { return float64(s.Queued) }},
+	} {
+		f := g.f
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help,
+			ConstLabels: prometheus.Labels{"model": model}}, func() float64 { return f(a.Stats()) }))
+	}
+}

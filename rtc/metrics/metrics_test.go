@@ -1,0 +1,66 @@
+package metrics
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/voxpipe/voxpipe/rtc"
+	"github.com/voxpipe/voxpipe/stream"
+)
+
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func TestMetrics(t *testing.T) {
+	m := New()
+	m.VCSession("s1", true)
+	m.Session("tts_ws", true)
+	m.Session("tts_ws", true)
+	m.Session("tts_ws", false)
+	st := rtc.StatsMessage{SessionID: "s1", LateChunks: 2, DroppedChunks: 1, DroppedMs: 20,
+		Latency: rtc.LatencyStats{Server: 45}, Queue: rtc.QueueStats{AgeMs: 30}}
+	m.VCStats(st)
+	st.LateChunks = 3 // totals grow: only the difference is added
+	m.VCStats(st)
+	m.TTSDone("miotts", 250*time.Millisecond, 2*time.Second, 0.4)
+	m.Rejected("miotts", "busy")
+	a := stream.NewAdmission(3, time.Second)
+	m.Admission("miotts", a)
+	out := scrape(t, m)
+	for _, want := range []string{
+		`voxpipe_sessions{mode="vc"} 1`,
+		`voxpipe_sessions{mode="tts_ws"} 1`,
+		`voxpipe_late_chunks_total 3`,
+		`voxpipe_dropped_chunks_total 1`,
+		`voxpipe_dropped_audio_seconds_total 0.02`,
+		`voxpipe_vc_latency_seconds_count 2`,
+		`voxpipe_tts_ttfa_seconds_bucket{model="miotts",le="0.3"} 1`,
+		`voxpipe_tts_audio_seconds_total{model="miotts"} 2`,
+		`voxpipe_tts_rtf_count{model="miotts"} 1`,
+		`voxpipe_rejected_requests_total{model="miotts",reason="busy"} 1`,
+		`voxpipe_admission_slots{model="miotts"} 3`,
+		`voxpipe_admission_active{model="miotts"} 0`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q", want)
+		}
+	}
+	m.VCSession("s1", false)
+	if out := scrape(t, m); !strings.Contains(out, `voxpipe_sessions{mode="vc"} 0`) {
+		t.Error("session not counted out")
+	}
+}

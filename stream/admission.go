@@ -1,0 +1,106 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrBusy is returned (wrapped in a *BusyError) when a model has no free stream slot within
+// the queue deadline.
+var ErrBusy = errors.New("server busy")
+
+// BusyError says how long a client should wait before retrying.
+type BusyError struct {
+	RetryAfter time.Duration
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("%v: all streams are in use, retry in %v", ErrBusy, e.RetryAfter.Round(time.Second))
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
+// Admission bounds the concurrent streams of one model so that admitted streams keep real
+// time: beyond Slots, requests wait in line up to MaxWait and are then refused, rather than
+// all streams slowing down together.
+type Admission struct {
+	slots   chan struct{}
+	maxWait time.Duration
+
+	mu       sync.Mutex
+	queued   int
+	avgHold  time.Duration // moving average of how long a stream holds its slot
+	rejected int64
+}
+
+// NewAdmission allows slots concurrent streams and a wait of maxWait for a free one.
+func NewAdmission(slots int, maxWait time.Duration) *Admission {
+	return &Admission{slots: make(chan struct{}, max(1, slots)), maxWait: maxWait, avgHold: 5 * time.Second}
+}
+
+// Acquire waits for a slot; release must be called exactly once when the stream ends.
+// It fails with a *BusyError after MaxWait, or with ctx's error.
+func (a *Admission) Acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case a.slots <- struct{}{}:
+		return a.releaser(), nil
+	default:
+	}
+	a.mu.Lock()
+	a.queued++
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.queued--
+		if errors.Is(err, ErrBusy) {
+			a.rejected++
+		}
+		a.mu.Unlock()
+	}()
+	t := time.NewTimer(a.maxWait)
+	defer t.Stop()
+	select {
+	case a.slots <- struct{}{}:
+		return a.releaser(), nil
+	case <-t.C:
+		return nil, &BusyError{RetryAfter: a.retryAfter()}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (a *Admission) releaser() func() {
+	start := time.Now()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-a.slots
+			a.mu.Lock()
+			a.avgHold = (7*a.avgHold + time.Since(start)) / 8
+			a.mu.Unlock()
+		})
+	}
+}
+
+// retryAfter estimates when a slot frees up: a typical stream's remaining time, at least 1 s.
+func (a *Admission) retryAfter() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return max(time.Second, (a.avgHold/2).Round(time.Second))
+}
+
+// AdmissionStats are the current load of an Admission.
+type AdmissionStats struct {
+	Slots, Active, Queued int
+	Rejected              int64
+}
+
+// Stats reports slots in use, waiting requests and refusals so far.
+func (a *Admission) Stats() AdmissionStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return AdmissionStats{Slots: cap(a.slots), Active: len(a.slots), Queued: a.queued, Rejected: a.rejected}
+}
