@@ -1,0 +1,679 @@
+package miocodec
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/weights"
+)
+
+// constants are persistent tensors shared by the programs of one model: RoPE positions and
+// window masks (a bounded set of buffers that every length takes views of, so a server
+// decoding many lengths does not grow), the FSQ code table and the inverse-DFT basis.
+type constants struct {
+	mu    sync.Mutex
+	st    *store
+	pos   map[int64]*engine.Buffer // by capacity (powers of two)
+	masks map[[2]int64]*engine.Buffer
+	err   error
+}
+
+func newConstants(st *store) *constants {
+	return &constants{st: st, pos: map[int64]*engine.Buffer{}, masks: map[[2]int64]*engine.Buffer{}}
+}
+
+func (c *constants) fail(err error) *engine.Buffer {
+	if c.err == nil {
+		c.err = err
+	}
+	return nil
+}
+
+// positions is a buffer holding 0..n−1 for some n ≥ T (RoPE restarts at every module call;
+// slice the first T).
+func (c *constants) positions(T int64) *engine.Buffer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := int64(256)
+	for n < T {
+		n *= 2
+	}
+	if b := c.pos[n]; b != nil {
+		return b
+	}
+	b, err := engine.NewBuffer(fmt.Sprintf("pos[%d]", n), engine.I32, n)
+	if err != nil {
+		return c.fail(err)
+	}
+	for i, p := 0, b.Int32s(); i < len(p); i++ {
+		p[i] = int32(i)
+	}
+	c.pos[n] = c.st.add(b)
+	return b
+}
+
+// mask is an additive [rows, cols] mask letting row i see column j iff
+// |i − (j − shift)| ≤ half: shift 0 is the window mask of any length up to rows (take the
+// top-left corner), shift half the band a query block of rows sees from key q0 − half on.
+func (c *constants) mask(rows, cols, shift int64, half int) *engine.Buffer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := [2]int64{rows<<32 | cols, shift<<32 | int64(half)}
+	if b := c.masks[key]; b != nil {
+		return b
+	}
+	b, err := engine.NewBuffer(fmt.Sprintf("mask[%d,%d,±%d]", rows, cols, half), engine.F32, rows, cols)
+	if err != nil {
+		return c.fail(err)
+	}
+	m := b.Float32s()
+	ninf := float32(math.Inf(-1))
+	for i := range rows {
+		for j := range cols {
+			if d := i - (j - shift); d > int64(half) || -d > int64(half) {
+				m[i*cols+j] = ninf
+			}
+		}
+	}
+	c.masks[key] = c.st.add(b)
+	return b
+}
+
+// GroupNorm statistics modes of the decoder's ResNet blocks.
+type gnMode int
+
+const (
+	gnPlain   gnMode = iota // statistics of the frames of this call (the reference)
+	gnFrozen                // given per-group mean/var (full-utterance statistics; a test mode)
+	gnRunning               // accumulated over the utterance so far plus this window
+)
+
+// plan is one program's geometry and options (its cache key).
+type plan struct {
+	n      int // tokens
+	frames int // decoder frames after interpolation (n·upsample for token decoding)
+	gn     gnMode
+	// Running mode: tokens [newFrom, n) of the window are not yet in the accumulated
+	// statistics and count for this window; [newFrom, coreEnd) are committed afterwards.
+	newFrom, coreEnd int
+	debug            bool // stage outputs for the golden checks
+	stats            bool // per-GroupNorm mean/var outputs (to freeze them later)
+}
+
+func (p plan) key() string {
+	return fmt.Sprintf("n%d f%d gn%d nf%d ce%d d%t s%t", p.n, p.frames, p.gn, p.newFrom, p.coreEnd, p.debug, p.stats)
+}
+
+// Decoder is MioCodec's token decoder: tokens + global (speaker) embedding → waveform.
+// Its methods may be called from several goroutines (each call runs its own program run
+// under the decoder's lock; a Stream holds per-utterance state).
+type Decoder struct {
+	Config Config
+	// Dims from the tensor shapes.
+	PrenetDim, WaveDim, CondDim, Groups int
+	backend                             engine.Backend
+	w                                   decoderWeights
+	st                                  *store
+	consts                              *constants
+	codes                               *engine.Buffer // FSQ codes [codebook, len(levels)]
+	idft                                *engine.Buffer // [n_fft+2, n_fft] windowed inverse rDFT
+	window2                             []float32      // Hann² for the envelope
+	ola, env                            []float32      // overlap-add scratch (under mu)
+	gnNames                             [][4]string    // per GroupNorm: mean, var, acc, commit inputs/outputs
+	fsq                                 fsq
+	cache                               *engine.Cache
+	mu                                  sync.Mutex // one program run at a time per decoder
+}
+
+// maxPrograms bounds the compiled programs a decoder keeps (one per shape and mode).
+const maxPrograms = 64
+
+// LoadDecoder binds the decoder tensors of `weights/` in an audio.cpp-packaged MioCodec
+// (config.yaml embedded) into persistent buffers for backend, folding the upsampler weight
+// norm. Unknown tensors (conv_upsample.*, the encoder) are ignored; missing or misshapen
+// ones are reported by name.
+func LoadDecoder(m *gguf.Model, backend engine.Backend) (*Decoder, error) {
+	cfg, err := configOf(m)
+	if err != nil {
+		return nil, err
+	}
+	src := m.Sub("weights")
+	dim := func(name string, i int, fallback int) int {
+		if t, ok := src.Tensor(name); ok && i < len(t.Shape) {
+			return t.Shape[i]
+		}
+		return fallback
+	}
+	d := &Decoder{Config: cfg, backend: backend, fsq: newFSQ(cfg.Levels)}
+	P := dim("wave_prenet.layers.0.attention.wq.weight", 0, cfg.WavePrenet.Dim)
+	D := dim("wave_prenet.output_proj.weight", 0, cfg.WaveDecoderDim)
+	cond := dim("wave_decoder.layers.0.attention_norm.condition_proj.1.weight", 1, cfg.WaveDecoder.CondDim)
+	d.PrenetDim, d.WaveDim, d.CondDim = P, D, cond
+	ffnP := dim("wave_prenet.layers.0.feed_forward.w1.weight", 0, 0)
+	ffnD := dim("wave_decoder.layers.0.feed_forward.w1.weight", 0, 0)
+	switch {
+	case P%cfg.WavePrenet.Heads != 0 || (P/cfg.WavePrenet.Heads)%2 != 0:
+		return nil, fmt.Errorf("miocodec: wave_prenet dim %d does not split into %d heads of even size", P, cfg.WavePrenet.Heads)
+	case D%cfg.WaveDecoder.Heads != 0 || (D/cfg.WaveDecoder.Heads)%2 != 0:
+		return nil, fmt.Errorf("miocodec: wave_decoder dim %d does not split into %d heads of even size", D, cfg.WaveDecoder.Heads)
+	}
+	w := &d.w
+	k := len(cfg.Levels)
+	w.ProjOut.W.Shape, w.ProjOut.B.Shape = shp(P, k), shp(P)
+	expectTransformer(&w.Prenet, cfg.WavePrenet.Layers, P, ffnP, D, cond)
+	w.ConvUp = conv{W: weights.Tensor{Shape: shp(D, D, cfg.WaveUpsample)}, B: weights.Tensor{Shape: shp(D)}}
+	w.Prior = expectResBlocks(cfg.ResNetBlocks, D, cfg.ResNetKernel)
+	expectTransformer(&w.Decoder, cfg.WaveDecoder.Layers, D, ffnD, 0, cond)
+	w.Post = expectResBlocks(cfg.ResNetBlocks, D, cfg.ResNetKernel)
+	stages := len(cfg.UpsamplerFactors)
+	u := &w.Upsampler
+	u.Layers = make([]upLayer, stages)
+	u.Snakes = make([]snake, stages)
+	u.ResNets = make([]resBlock, stages)
+	c := D
+	for i := range stages {
+		co := D >> (i + 1)
+		u.Layers[i].B.Shape = shp(co)
+		u.Layers[i].G.Shape = shp(c, 1, 1)
+		u.Layers[i].V.Shape = shp(c, co, cfg.UpsamplerKernels[i])
+		u.Snakes[i] = snake{Alpha: weights.Tensor{Shape: shp(co)}, Beta: weights.Tensor{Shape: shp(co)}}
+		u.ResNets[i] = expectResBlocks(1, co, cfg.ResNetKernel)[0]
+		c = co
+	}
+	u.OutProj = conv{W: weights.Tensor{Shape: shp(D, c)}, B: weights.Tensor{Shape: shp(D)}}
+	u.OutSnk = snake{Alpha: weights.Tensor{Shape: shp(D)}, Beta: weights.Tensor{Shape: shp(D)}}
+	w.Head = conv{W: weights.Tensor{Shape: shp(cfg.NFFT+2, D)}, B: weights.Tensor{Shape: shp(cfg.NFFT + 2)}}
+	if err := weights.Bind(src, w); err != nil {
+		return nil, fmt.Errorf("miocodec: load decoder: %w", err)
+	}
+	if err := checkTransformer("wave_prenet", &w.Prenet, false, true); err != nil {
+		return nil, err
+	}
+	if err := checkTransformer("wave_decoder", &w.Decoder, true, false); err != nil {
+		return nil, err
+	}
+	if c < 1 || D%(1<<stages) != 0 {
+		return nil, fmt.Errorf("miocodec: wave_decoder_dim %d does not halve %d times", D, stages)
+	}
+	for i := range u.Layers {
+		u.Layers[i].W = foldWeightNorm(u.Layers[i].G, u.Layers[i].V)
+		u.Layers[i].G, u.Layers[i].V = weights.Tensor{}, weights.Tensor{}
+	}
+	d.Groups = cfg.ResNetGroups
+	for _, ch := range []int{D, D >> stages} {
+		if ch%min(cfg.ResNetGroups, ch) != 0 {
+			return nil, fmt.Errorf("miocodec: %d channels do not split into %d GroupNorm groups", ch, cfg.ResNetGroups)
+		}
+	}
+	d.st = newStore()
+	if err := d.st.upload("weights", w); err != nil {
+		d.st.close()
+		return nil, err
+	}
+	if err := d.initConstants(); err != nil {
+		d.st.close()
+		return nil, err
+	}
+	d.cache = engine.NewCache(backend, maxPrograms)
+	return d, nil
+}
+
+func configOf(m *gguf.Model) (Config, error) {
+	raw, ok := m.EmbeddedFile("config.yaml")
+	if !ok {
+		return Config{}, fmt.Errorf("miocodec: no embedded config.yaml")
+	}
+	return ParseConfig(raw)
+}
+
+func (d *Decoder) initConstants() error {
+	cfg := d.Config
+	d.consts = newConstants(d.st)
+	var err error
+	if d.codes, err = engine.NewBufferFrom("fsq.codes", d.fsq.table(), int64(d.fsq.size()), int64(len(cfg.Levels))); err != nil {
+		return err
+	}
+	d.st.add(d.codes)
+	// Inverse real DFT with the 1/n ('backward') scale and the periodic Hann window folded
+	// in: frame[n] = w[n]/N·(Re X0 + Re X_{N/2}(−1)^n + 2Σ_{0<k<N/2}(Re Xk cos − Im Xk sin)(2πkn/N)).
+	// Imaginary parts of DC and Nyquist drop out as in irfft.
+	N := cfg.NFFT
+	K := N/2 + 1
+	basis := make([]float32, 2*K*N)
+	win := make([]float64, N)
+	d.window2 = make([]float32, N)
+	for n := range N {
+		win[n] = 0.5 - 0.5*math.Cos(2*math.Pi*float64(n)/float64(N))
+		d.window2[n] = float32(win[n] * win[n])
+	}
+	for i := range d.NumGroupNorms() {
+		p := fmt.Sprintf("gn%d.", i)
+		d.gnNames = append(d.gnNames, [4]string{p + "mean", p + "var", p + "acc", p + "commit"})
+	}
+	for k := range K {
+		ck := 2.0
+		if k == 0 || k == N/2 {
+			ck = 1
+		}
+		for n := range N {
+			a := 2 * math.Pi * float64((k*n)%N) / float64(N)
+			basis[k*N+n] = float32(ck * math.Cos(a) * win[n] / float64(N))
+			if k != 0 && k != N/2 {
+				basis[(K+k)*N+n] = float32(-ck * math.Sin(a) * win[n] / float64(N))
+			}
+		}
+	}
+	if d.idft, err = engine.NewBufferFrom("istft.basis", basis, int64(2*K), int64(N)); err != nil {
+		return err
+	}
+	d.st.add(d.idft)
+	return nil
+}
+
+// Close frees the programs and the weights.
+func (d *Decoder) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cache != nil {
+		d.cache.Close()
+		d.cache = nil
+	}
+	if d.st != nil {
+		d.st.close()
+		d.st = nil
+	}
+}
+
+// NumGroupNorms is the number of GroupNorms in the decoder (prior, post and upsampler
+// ResNet blocks, two each).
+func (d *Decoder) NumGroupNorms() int {
+	return 2 * (2*d.Config.ResNetBlocks + len(d.Config.UpsamplerFactors))
+}
+
+// groupsOf is the group count of GroupNorm i (graph order: prior and post blocks at the
+// decoder width, then one block per upsampler stage at half the width of the one before).
+func (d *Decoder) groupsOf(i int) int {
+	c := d.WaveDim
+	if stage := (i - 4*d.Config.ResNetBlocks) / 2; i >= 4*d.Config.ResNetBlocks {
+		c = d.WaveDim >> (stage + 1)
+	}
+	return min(d.Config.ResNetGroups, c)
+}
+
+// decodeGraph adds the builder state of one decode program.
+type decodeGraph struct {
+	*builder
+	d     *Decoder
+	pl    plan
+	gnID  int
+	count *engine.Tensor // running mode: the committed-token count input
+}
+
+func (b *builder) debug(name string, x engine.Tensor) {
+	if b.dbg {
+		b.g.Output(name, x)
+	}
+}
+
+// cf2tm is the time-major view [T, C] of a channels-first [1, C, T] tensor.
+func (dg *decodeGraph) cf2tm(x engine.Tensor) engine.Tensor {
+	return dg.g.Transpose(dg.g.Reshape(x, x.Dim(1), x.Dim(2)), 0, 1)
+}
+
+// tm2cf is the channels-first [1, C, T] copy of a time-major [T, C] tensor.
+func (dg *decodeGraph) tm2cf(x engine.Tensor) engine.Tensor {
+	return dg.g.Reshape(dg.g.Transpose(x, 0, 1), 1, x.Dim(1), x.Dim(0))
+}
+
+// groupNorm normalises x [1, C, T] over groups of channels and all its frames with the
+// statistics of the plan's mode, then applies the affine parameters.
+func (dg *decodeGraph) groupNorm(x engine.Tensor, nw norm) engine.Tensor {
+	g := dg.g
+	const eps = 1e-6
+	C, T := x.Dim(1), x.Dim(2)
+	G := int64(min(dg.d.Config.ResNetGroups, int(C)))
+	id := dg.gnID
+	dg.gnID++
+	name := fmt.Sprintf("gn%d", id)
+	if dg.pl.stats {
+		xr := g.Reshape(x, G, -1)
+		g.Output(name+".mean", g.Mean(xr, 1))
+		g.Output(name+".var", g.Var(xr, 1))
+	}
+	var mean, variance engine.Tensor
+	switch dg.pl.gn {
+	case gnPlain:
+		return g.GroupNorm(x, int(G), dg.pp(nw.W), dg.pp(nw.B), eps)
+	case gnFrozen:
+		mean = g.Input(name+".mean", engine.F32, G, 1)
+		variance = g.Input(name+".var", engine.F32, G, 1)
+	case gnRunning:
+		r := T / int64(dg.pl.n) // frames per token at this stage
+		per := C / G
+		sums := func(from, to int64) (engine.Tensor, engine.Tensor) {
+			xs := g.Reshape(g.Contiguous(g.Slice(x, 2, from, to)), G, -1)
+			return g.Sum(xs, 1), g.Sum(g.Square(xs), 1)
+		}
+		nf := int64(dg.pl.newFrom)
+		s1, s2 := sums(nf*r, T)
+		acc := g.Input(name+".acc", engine.F32, 2, G, 1)
+		if dg.count == nil {
+			c := g.Input("gn.count", engine.F32, 1) // committed tokens
+			dg.count = &c
+		}
+		n := g.Scale(*dg.count, float32(r*per), float32((T-nf*r)*per))
+		t1 := g.Add(s1, g.Reshape(g.Slice(acc, 0, 0, 1), G, 1))
+		t2 := g.Add(s2, g.Reshape(g.Slice(acc, 0, 1, 2), G, 1))
+		mean = g.Div(t1, n)
+		variance = g.Clamp(g.Sub(g.Div(t2, n), g.Square(mean)), 0, math.MaxFloat32)
+		c1, c2 := sums(nf*r, int64(dg.pl.coreEnd)*r)
+		g.Output(name+".commit", g.Concat(0, g.Reshape(c1, 1, G, 1), g.Reshape(c2, 1, G, 1)))
+	}
+	y := g.Div(g.Sub(g.Reshape(x, G, -1), mean), g.Sqrt(g.Scale(variance, 1, eps)))
+	return g.ChannelAffine(g.Reshape(y, 1, C, T), dg.p(nw.W), dg.p(nw.B))
+}
+
+func (dg *decodeGraph) resBlock(x engine.Tensor, rb *resBlock) engine.Tensor {
+	g := dg.g
+	pad := int64(rb.Conv1.W.Shape[2] / 2)
+	h := g.SiLU(dg.groupNorm(x, rb.Norm1))
+	h = g.Conv1D(h, dg.p(rb.Conv1.W), dg.pp(rb.Conv1.B), 1, pad, pad, 1, 1)
+	h = g.SiLU(dg.groupNorm(h, rb.Norm2))
+	h = g.Conv1D(h, dg.p(rb.Conv2.W), dg.pp(rb.Conv2.B), 1, pad, pad, 1, 1)
+	return g.Add(h, x)
+}
+
+// build makes the decode graph for a plan: inputs "tokens" [n] (int32) and "global"
+// [1, cond]; output "frames" [T, n_fft], the windowed inverse-DFT frames that the host
+// overlap-adds.
+func (d *Decoder) build(pl plan) (*engine.Graph, error) {
+	cfg := d.Config
+	g := engine.NewGraph(fmt.Sprintf("miocodec.decode[%s]", pl.key()))
+	dg := &decodeGraph{builder: &builder{g: g, st: d.st, consts: d.consts, dbg: pl.debug}, d: d, pl: pl}
+	w := &d.w
+	N := int64(pl.n)
+	tokens := g.Input("tokens", engine.I32, N)
+	global := g.Input("global", engine.F32, 1, int64(d.CondDim))
+
+	g.Label("local_quantizer")
+	codes := g.GatherRows(g.Persistent(d.codes), tokens)
+	dg.debug("fsq_codes", codes)
+	x := dg.linear(codes, w.ProjOut.W, w.ProjOut.B)
+	dg.debug("content_embedding", x)
+	x = dg.transformer("wave_prenet", "prenet", &w.Prenet, cfg.WavePrenet, x, nil)
+	dg.debug("prenet_out", x)
+
+	g.Label("wave_conv_upsample")
+	y := g.ConvTranspose1D(dg.tm2cf(x), dg.p(w.ConvUp.W), dg.pp(w.ConvUp.B), int64(cfg.WaveUpsample), 0, 0, 1, 1)
+	dg.debug("conv_upsample_out", dg.cf2tm(y))
+	if int64(pl.frames) != y.Dim(2) {
+		y = g.InterpLinear(y, int64(pl.frames))
+	}
+	dg.debug("interp_out", dg.cf2tm(y))
+	g.Label("wave_prior_net")
+	for i := range w.Prior {
+		y = dg.resBlock(y, &w.Prior[i])
+	}
+	dg.debug("prior_out", dg.cf2tm(y))
+
+	g.Label("wave_decoder")
+	cond := g.SiLU(global)
+	z := dg.transformer("wave_decoder", "decoder", &w.Decoder, cfg.WaveDecoder, dg.cf2tm(y), &cond)
+	dg.debug("decoder_out", z)
+	y = dg.tm2cf(z)
+	g.Label("wave_post_net")
+	for i := range w.Post {
+		y = dg.resBlock(y, &w.Post[i])
+	}
+	dg.debug("post_out", dg.cf2tm(y))
+
+	u := &w.Upsampler
+	for i := range u.Layers {
+		g.Label(fmt.Sprintf("wave_upsampler.%d", i))
+		s := int64(cfg.UpsamplerFactors[i])
+		pad := int64(cfg.UpsamplerKernels[i]-cfg.UpsamplerFactors[i]) / 2
+		y = g.ConvTranspose1D(y, dg.p(u.Layers[i].W), dg.pp(u.Layers[i].B), s, pad, 0, 1, 1)
+		dg.debug(fmt.Sprintf("ups%d_convT", i), dg.cf2tm(y))
+		y = g.SnakeBeta(y, dg.p(u.Snakes[i].Alpha), dg.p(u.Snakes[i].Beta))
+		dg.debug(fmt.Sprintf("ups%d_snake", i), dg.cf2tm(y))
+		y = dg.resBlock(y, &u.ResNets[i])
+		dg.debug(fmt.Sprintf("ups%d_resnet", i), dg.cf2tm(y))
+	}
+	g.Label("wave_upsampler.out")
+	h := dg.linear(dg.cf2tm(y), u.OutProj.W, u.OutProj.B)
+	y = g.SnakeBeta(dg.tm2cf(h), dg.p(u.OutSnk.Alpha), dg.p(u.OutSnk.Beta))
+	dg.debug("upsampler_out", dg.cf2tm(y))
+
+	g.Label("istft_head")
+	h = dg.linear(dg.cf2tm(y), w.Head.W, w.Head.B) // [T, n_fft+2]
+	dg.debug("head_out", h)
+	K := int64(cfg.NFFT/2 + 1)
+	mag := g.Clamp(g.Exp(g.Slice(h, 1, 0, K)), 0, 100)
+	ph := g.Slice(h, 1, K, 2*K)
+	spec := g.Concat(1, g.Mul(mag, g.Cos(ph)), g.Mul(mag, g.Sin(ph)))
+	g.Output("frames", g.Matmul(spec, g.Persistent(d.idft)))
+	if dg.err != nil {
+		return nil, dg.err
+	}
+	if d.consts.err != nil {
+		return nil, d.consts.err
+	}
+	return g, g.Err()
+}
+
+// GroupStats are the per-group mean and (biased) variance of every GroupNorm of the
+// decoder, in graph order (prior, post, upsampler blocks; norm1 then norm2): Mean[i][g].
+type GroupStats struct {
+	Mean, Var [][]float32
+}
+
+// runIO carries the host side of one program run.
+type runIO struct {
+	frozen    *GroupStats // gnFrozen: the statistics to use
+	acc       [][]float64 // gnRunning: per GroupNorm [sum_g..., sumsq_g...] of committed frames
+	committed int         // gnRunning: tokens in acc
+	commit    [][]float64 // gnRunning output: sums over the window's newly committed frames
+	stats     *GroupStats // plan.stats output
+	stages    map[string][]float32
+}
+
+// run executes the program of pl and appends the waveform to wave.
+func (d *Decoder) run(pl plan, tokens []int32, global []float32, io *runIO, wave []float32) ([]float32, error) {
+	if err := d.fsq.check(tokens); err != nil {
+		return wave, err
+	}
+	if len(global) != d.CondDim {
+		return wave, fmt.Errorf("miocodec: global embedding of %d values, want %d", len(global), d.CondDim)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cache == nil {
+		return wave, fmt.Errorf("miocodec: decoder is closed")
+	}
+	prog, err := d.cache.Get(pl.key(), func() (*engine.Graph, error) { return d.build(pl) })
+	if err != nil {
+		return wave, fmt.Errorf("miocodec: decode program: %w", err)
+	}
+	copy(prog.InputInt32("tokens"), tokens)
+	copy(prog.Input("global"), global)
+	nGN := d.NumGroupNorms()
+	switch pl.gn {
+	case gnFrozen:
+		if io == nil || io.frozen == nil || len(io.frozen.Mean) != nGN || len(io.frozen.Var) != nGN {
+			return wave, fmt.Errorf("miocodec: frozen GroupNorm mode needs statistics of %d GroupNorms", nGN)
+		}
+		for i := range nGN {
+			m, v := prog.Input(d.gnNames[i][0]), prog.Input(d.gnNames[i][1])
+			if len(io.frozen.Mean[i]) != len(m) || len(io.frozen.Var[i]) != len(v) {
+				return wave, fmt.Errorf("miocodec: GroupNorm %d: %d/%d statistics, want %d", i, len(io.frozen.Mean[i]), len(io.frozen.Var[i]), len(m))
+			}
+			copy(m, io.frozen.Mean[i])
+			copy(v, io.frozen.Var[i])
+		}
+	case gnRunning:
+		prog.Input("gn.count")[0] = float32(io.committed)
+		for i := range nGN {
+			a := prog.Input(d.gnNames[i][2])
+			for j := range a {
+				a[j] = float32(io.acc[i][j])
+			}
+		}
+	}
+	if err := prog.Run(); err != nil {
+		return wave, fmt.Errorf("miocodec: decode: %w", err)
+	}
+	if pl.gn == gnRunning {
+		for i := range nGN {
+			c := prog.Output(d.gnNames[i][3])
+			io.commit[i] = io.commit[i][:0]
+			for _, v := range c {
+				io.commit[i] = append(io.commit[i], float64(v))
+			}
+		}
+	}
+	if pl.stats {
+		io.stats = &GroupStats{}
+		for i := range nGN {
+			io.stats.Mean = append(io.stats.Mean, append([]float32(nil), prog.Output(d.gnNames[i][0])...))
+			io.stats.Var = append(io.stats.Var, append([]float32(nil), prog.Output(d.gnNames[i][1])...))
+		}
+	}
+	if pl.debug {
+		io.stages = map[string][]float32{}
+		for _, name := range stageNames(len(d.Config.UpsamplerFactors)) {
+			if out := prog.Output(name); out != nil {
+				io.stages[name] = append([]float32(nil), out...)
+			}
+		}
+	}
+	frames := prog.Output("frames")
+	return d.overlapAdd(frames, len(frames)/d.Config.NFFT, wave), nil
+}
+
+// stageNames are the debug outputs of a decode program (names of the golden stages).
+func stageNames(upStages int) []string {
+	names := []string{"fsq_codes", "content_embedding", "prenet_layer0", "prenet_out", "conv_upsample_out",
+		"interp_out", "prior_out", "decoder_layer0", "decoder_out", "post_out"}
+	for i := range upStages {
+		names = append(names, fmt.Sprintf("ups%d_convT", i), fmt.Sprintf("ups%d_snake", i), fmt.Sprintf("ups%d_resnet", i))
+	}
+	return append(names, "upsampler_out", "head_out", "frames")
+}
+
+// overlapAdd turns T windowed frames [T, n_fft] into T·hop samples: overlap-add with hop,
+// drop (n_fft − hop)/2 samples at each end ('same') and divide by the overlap-added
+// squared window (trimmed alike). The result is appended to wave. Called under d.mu (the
+// scratch buffers are the decoder's).
+func (d *Decoder) overlapAdd(frames []float32, T int, wave []float32) []float32 {
+	N, hop := d.Config.NFFT, d.Config.Hop
+	pad := (N - hop) / 2
+	L := (T-1)*hop + N
+	if cap(d.ola) < L {
+		d.ola = make([]float32, L)
+		d.env = make([]float32, L)
+	}
+	raw, env := d.ola[:L], d.env[:L]
+	clear(raw)
+	clear(env)
+	for t := range T {
+		r, e, f := raw[t*hop:t*hop+N], env[t*hop:t*hop+N], frames[t*N:(t+1)*N]
+		for n, v := range f {
+			r[n] += v
+			e[n] += d.window2[n]
+		}
+	}
+	start := len(wave)
+	wave = append(wave, raw[pad:pad+T*hop]...)
+	for i, e := range env[pad : pad+T*hop] {
+		wave[start+i] /= e
+	}
+	return wave
+}
+
+func (d *Decoder) tokenPlan(n int) plan {
+	return plan{n: n, frames: n * d.Config.WaveUpsample}
+}
+
+// Decode decodes a whole utterance of tokens with the global (speaker) embedding into
+// len(tokens)·SamplesPerToken samples at Config.SampleRate.
+func (d *Decoder) Decode(tokens []int32, global []float32) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	return d.run(d.tokenPlan(len(tokens)), tokens, global, nil, nil)
+}
+
+// framesFor is the decoder frame count for an explicit target audio length (stft_length =
+// (target // hop) // upsampler product; the VC path).
+func (d *Decoder) framesFor(targetAudioLength int) (int, error) {
+	f := targetAudioLength / d.Config.Hop / d.Config.upsampleProduct()
+	if f < 1 {
+		return 0, fmt.Errorf("miocodec: target audio length %d is shorter than one decoder frame", targetAudioLength)
+	}
+	return f, nil
+}
+
+// DecodeLength decodes with an explicit target audio length: the upsampled features are
+// linearly interpolated to (target // hop) // Π upsampler factors frames; the output has
+// that many frames × Π factors × hop samples.
+func (d *Decoder) DecodeLength(tokens []int32, global []float32, targetAudioLength int) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("miocodec: decode of no tokens")
+	}
+	f, err := d.framesFor(targetAudioLength)
+	if err != nil {
+		return nil, err
+	}
+	return d.run(plan{n: len(tokens), frames: f}, tokens, global, nil, nil)
+}
+
+// Stages decodes like DecodeLength (targetAudioLength 0: token decoding) and returns every
+// intermediate stage, time-major (T, C), by golden name (fsq_codes, content_embedding,
+// prenet_layer0, prenet_out, conv_upsample_out, interp_out, prior_out, decoder_layer0,
+// decoder_out, post_out, ups{i}_convT/_snake/_resnet, upsampler_out, head_out), with the
+// waveform.
+func (d *Decoder) Stages(tokens []int32, global []float32, targetAudioLength int) (map[string][]float32, []float32, error) {
+	if len(tokens) == 0 {
+		return nil, nil, fmt.Errorf("miocodec: decode of no tokens")
+	}
+	pl := d.tokenPlan(len(tokens))
+	if targetAudioLength > 0 {
+		f, err := d.framesFor(targetAudioLength)
+		if err != nil {
+			return nil, nil, err
+		}
+		pl.frames = f
+	}
+	pl.debug = true
+	io := &runIO{}
+	wave, err := d.run(pl, tokens, global, io, nil)
+	return io.stages, wave, err
+}
+
+// DecodeStats decodes a whole utterance and also returns the statistics of every GroupNorm
+// (to freeze them for windowed decoding, GroupStats).
+func (d *Decoder) DecodeStats(tokens []int32, global []float32) ([]float32, *GroupStats, error) {
+	if len(tokens) == 0 {
+		return nil, nil, fmt.Errorf("miocodec: decode of no tokens")
+	}
+	pl := d.tokenPlan(len(tokens))
+	pl.stats = true
+	io := &runIO{}
+	wave, err := d.run(pl, tokens, global, io, nil)
+	return wave, io.stats, err
+}
+
+// DecodeFrozen decodes tokens with every GroupNorm normalising by the given statistics
+// instead of the frames of this call (a test mode: with full-utterance statistics, a
+// window with enough context reproduces the offline decode).
+func (d *Decoder) DecodeFrozen(tokens []int32, global []float32, stats *GroupStats) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("miocodec: decode of no tokens")
+	}
+	pl := d.tokenPlan(len(tokens))
+	pl.gn = gnFrozen
+	return d.run(pl, tokens, global, &runIO{frozen: stats}, nil)
+}
