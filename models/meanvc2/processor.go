@@ -1,0 +1,585 @@
+package meanvc2
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/internal/embcache"
+	"github.com/voxpipe/voxpipe/models/conformer"
+	"github.com/voxpipe/voxpipe/models/ecapa"
+	"github.com/voxpipe/voxpipe/models/vocos"
+	"github.com/voxpipe/voxpipe/models/wavlm"
+)
+
+// Namespaces of a MeanVC2 model file, all in one GGUF (audio.cpp packaging).
+var Namespaces = []string{"vc", conformer.Namespace, "vocos", "speaker_wavlm", "speaker_ecapa"}
+
+// Model is a whole MeanVC2 converter: content encoder, DiT, vocoder and the speaker path,
+// loaded once; every Stream shares the weights. Timbre, SpeakerEmbedding and any number of
+// Streams may be used from several goroutines (each Stream by one at a time).
+type Model struct {
+	Config  Config
+	DiT     *DiT
+	ASR     *conformer.Model
+	Vocoder *vocos.Model
+	WavLM   *wavlm.Model
+	ECAPA   *ecapa.Model
+
+	// Embeddings, when set, keeps speaker embeddings by clip content (SpeakerEmbedding).
+	Embeddings *embcache.Cache
+
+	// ID names the speaker path's weights in embedding-cache keys: the model name and a
+	// hash of the ECAPA head's tensors (a different fine-tune gives different keys).
+	ID string
+
+	backend engine.Backend
+	layers  []int // WavLM hidden states the ECAPA head mixes
+
+	// exec serialises every program run of the model's components: a CPU backend's context
+	// (its thread pool and scratch memory) is not safe for concurrent executions, and every
+	// stream's programs run on it.
+	exec sync.Mutex
+}
+
+// Load opens an audio.cpp MeanVC2 GGUF, checks its family and loads every component. Missing
+// namespaces, missing or misshapen tensors and components that do not fit together are
+// reported with their names. The file is closed again: all weights live in engine buffers.
+func Load(path string, backend engine.Backend) (*Model, error) {
+	f, err := gguf.OpenModel(path)
+	if err != nil {
+		return nil, fmt.Errorf("meanvc2: load %s: %w", path, err)
+	}
+	defer f.Close()
+	m, err := LoadFromModel(f, backend)
+	if err != nil {
+		return nil, fmt.Errorf("%w (file %s)", err, path)
+	}
+	return m, nil
+}
+
+// LoadFromModel is Load on an open file (which may be closed afterwards).
+func LoadFromModel(f *gguf.Model, backend engine.Backend) (*Model, error) {
+	if backend == nil {
+		return nil, errors.New("meanvc2: load: no backend")
+	}
+	cfg, err := ConfigFromModel(f)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, ns := range Namespaces {
+		if f.Sub(ns).Len() == 0 {
+			missing = append(missing, ns+"/")
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("meanvc2: load: not a complete MeanVC2 file: no tensors in namespace(s) %v (it has %v)", missing, f.Namespaces())
+	}
+	m := &Model{Config: cfg, backend: backend}
+	fail := func(what string, err error) (*Model, error) {
+		m.Close()
+		return nil, fmt.Errorf("meanvc2: load %s: %w", what, err)
+	}
+	if m.DiT, err = LoadDiT(f.Sub("vc"), cfg, backend); err != nil {
+		return fail("vc/", err)
+	}
+	m.Config = m.DiT.Config // widths derived from the tensors
+	if m.ASR, err = conformer.LoadGGUF(f, backend); err != nil {
+		return fail("asr/", err)
+	}
+	vcfg, ecfg := vocos.DefaultConfig(), ecapa.DefaultConfig()
+	if raw, ok := f.EmbeddedFile("config.json"); ok {
+		if vcfg, err = vocos.ParseConfig(raw); err != nil {
+			return fail("vocos/", err)
+		}
+		if ecfg, err = ecapa.ParseConfig(raw); err != nil {
+			return fail("speaker_ecapa/", err)
+		}
+	}
+	if m.Vocoder, err = vocos.LoadConfig(f.Sub("vocos"), vcfg, backend); err != nil {
+		return fail("vocos/", err)
+	}
+	if m.WavLM, err = wavlm.Load(f.Sub("speaker_wavlm"), backend, wavlm.Options{}); err != nil {
+		return fail("speaker_wavlm/", err)
+	}
+	if m.ECAPA, err = ecapa.LoadConfig(f.Sub("speaker_ecapa"), ecfg, backend); err != nil {
+		return fail("speaker_ecapa/", err)
+	}
+	if err := m.checkFit(); err != nil {
+		return fail("components", err)
+	}
+	if n := m.WavLM.Config.Layers; m.ECAPA.Dims.Layers > n+1 {
+		// WavLM counts its layers by the tensors present: a gap ends the encoder early.
+		return fail("speaker_wavlm/", fmt.Errorf("the ECAPA head mixes %d hidden states but WavLM stops after %d layers; layer %d lacks %v",
+			m.ECAPA.Dims.Layers, n, n, missingLayer(f.Sub("speaker_wavlm"), n)))
+	}
+	m.layers = make([]int, m.ECAPA.Dims.Layers)
+	for i := range m.layers {
+		m.layers[i] = i
+	}
+	m.ID = modelID(f)
+	return m, nil
+}
+
+// checkFit verifies that the separately loaded components agree on the widths and rates
+// that connect them.
+func (m *Model) checkFit() error {
+	c, a, rt := m.Config, m.ASR.Config, m.Config.Runtime
+	switch {
+	case a.OutputSize != c.BNDim:
+		return fmt.Errorf("the ASR emits %d-d features, the DiT takes %d", a.OutputSize, c.BNDim)
+	case m.Vocoder.Dims.Mels != c.MelDim:
+		return fmt.Errorf("the DiT emits %d mel bins, the vocoder takes %d", c.MelDim, m.Vocoder.Dims.Mels)
+	case m.ECAPA.Dims.Emb != c.SpkDim:
+		return fmt.Errorf("the ECAPA head embeds in %d dims, the DiT takes %d", m.ECAPA.Dims.Emb, c.SpkDim)
+	case m.ECAPA.Dims.Feat != m.WavLM.Config.Hidden:
+		return fmt.Errorf("the ECAPA head takes %d-d features, WavLM gives %d", m.ECAPA.Dims.Feat, m.WavLM.Config.Hidden)
+	case a.Stream.ChunkSamples != rt.ChunkSamples:
+		return fmt.Errorf("front-end chunk %d samples, runtime says %d", a.Stream.ChunkSamples, rt.ChunkSamples)
+	case rt.SampleRate != 16000:
+		return fmt.Errorf("runtime sample rate %d, want 16000", rt.SampleRate)
+	case m.Vocoder.Config.Hop != fbankShift(a):
+		return fmt.Errorf("vocoder hop %d samples, fbank shift %d: mel and content frames must share a rate", m.Vocoder.Config.Hop, fbankShift(a))
+	case conformer.OutFrames(a.Stream.Window) < 1 || rt.VCChunkFrames%conformer.OutFrames(a.Stream.Window) != 0:
+		return fmt.Errorf("%d condition frames per window do not divide into %d BN frames", rt.VCChunkFrames, conformer.OutFrames(a.Stream.Window))
+	case rt.VCChunkFrames != c.Window():
+		return fmt.Errorf("runtime condition window %d frames, DiT window %d", rt.VCChunkFrames, c.Window())
+	}
+	return nil
+}
+
+// missingLayer lists the tensors of WavLM layer 0 (bar its relative-position table) that
+// layer l lacks, by full name.
+func missingLayer(src *gguf.Model, l int) []string {
+	var out []string
+	const first = "encoder.layers.0."
+	for _, name := range src.Names() {
+		if !strings.HasPrefix(name, first) || strings.Contains(name, "relative_attention_bias") {
+			continue
+		}
+		want := fmt.Sprintf("encoder.layers.%d.%s", l, name[len(first):])
+		if !src.Has(want) {
+			out = append(out, src.Prefix()+want)
+		}
+	}
+	return out
+}
+
+// modelID is the model's name and a short hash of the speaker head's tensors.
+func modelID(f *gguf.Model) string {
+	h := sha256.New()
+	ecp := f.Sub("speaker_ecapa")
+	for _, name := range ecp.Names() {
+		data, _, err := ecp.Get(name)
+		if err != nil {
+			continue
+		}
+		h.Write([]byte(name))
+		var b [4]byte
+		for _, v := range data {
+			u := math.Float32bits(v)
+			b[0], b[1], b[2], b[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+			h.Write(b[:])
+		}
+	}
+	name, _ := f.File.KV.String("general.name")
+	return "meanvc2:" + name + ":" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Close frees every component; no Stream of the model may run afterwards.
+func (m *Model) Close() {
+	if m.DiT != nil {
+		m.DiT.Close()
+	}
+	if m.ASR != nil {
+		m.ASR.Close()
+	}
+	if m.Vocoder != nil {
+		m.Vocoder.Close()
+	}
+	if m.WavLM != nil {
+		m.WavLM.Close()
+	}
+	if m.ECAPA != nil {
+		m.ECAPA.Close()
+	}
+	m.DiT, m.ASR, m.Vocoder, m.WavLM, m.ECAPA = nil, nil, nil, nil, nil
+}
+
+// Timbre turns a speaker embedding into the DiT's target voice (the GTM memory).
+func (m *Model) Timbre(spk []float32) (Timbre, error) {
+	m.exec.Lock()
+	defer m.exec.Unlock()
+	return m.DiT.Timbre(spk)
+}
+
+// NoiseFunc supplies the raw normal draw [Window, MelDim] of DiT step j (counted from the
+// stream's start or last Reset), before the lookahead carry; nil (or a nil result) draws from
+// the stream's seeded generator. Golden tests inject the reference's draws.
+type NoiseFunc func(step int) []float32
+
+// Stream is one streaming conversion: the front end, ASR caches, the BN carry and condition
+// queue, the DiT caches and noise carry, and the vocoder overlap — a few kilobytes to a few
+// megabytes (SessionBytes); the weights are the Model's. A Stream is used by one goroutine at
+// a time.
+type Stream struct {
+	m      *Model
+	fe     *conformer.FrontEnd
+	asr    *conformer.State
+	dit    *State
+	voc    *vocos.Stream
+	cond   *CondBuffer
+	target Timbre
+
+	prevBN  []float32 // the previous window's last BN frame
+	hasPrev bool
+	steps   int // DiT steps since Reset
+	noise   NoiseFunc
+	seed    uint64
+	pending []float32 // Write's partial chunk
+	err     error     // a failed step leaves the stream unusable until Reset
+}
+
+// NewStream starts a conversion into the target voice (Model.Timbre or VoiceFromClip).
+func (m *Model) NewStream(target Timbre) (*Stream, error) {
+	if err := m.checkTimbre(target); err != nil {
+		return nil, err
+	}
+	fe, err := conformer.NewFrontEnd(m.ASR.Config)
+	if err != nil {
+		return nil, fmt.Errorf("meanvc2: stream: %w", err)
+	}
+	asr, err := m.ASR.NewState()
+	if err != nil {
+		return nil, fmt.Errorf("meanvc2: stream: %w", err)
+	}
+	voc, err := m.Vocoder.NewStream()
+	if err != nil {
+		asr.Close()
+		return nil, fmt.Errorf("meanvc2: stream: %w", err)
+	}
+	s := &Stream{m: m, fe: fe, asr: asr, voc: voc, dit: m.DiT.NewState(), cond: m.Config.NewCondBuffer(),
+		target: target, prevBN: make([]float32, m.Config.BNDim), seed: DefaultSeed,
+		pending: make([]float32, 0, m.Config.Runtime.ChunkSamples)}
+	if s.dit.err != nil {
+		err := s.dit.err
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (m *Model) checkTimbre(t Timbre) error {
+	c := m.Config
+	if len(t.Spk) != c.SpkDim || len(t.K) != c.GTMSlots*c.GTMHidden || len(t.V) != len(t.K) {
+		return fmt.Errorf("meanvc2: target voice of %d/%d/%d values, want a %d-d embedding and %d×%d memories (Model.Timbre)",
+			len(t.Spk), len(t.K), len(t.V), c.SpkDim, c.GTMSlots, c.GTMHidden)
+	}
+	return nil
+}
+
+// SampleRate is the rate of the input and the output (16 kHz).
+func (s *Stream) SampleRate() int { return s.m.Config.Runtime.SampleRate }
+
+// ChunkSize is the number of input samples Process takes (2560 = 160 ms).
+func (s *Stream) ChunkSize() int { return s.m.Config.Runtime.ChunkSamples }
+
+// Latency is the algorithmic latency in samples: the content of input sample k is at output
+// sample k+Latency (counting both from the start or the last Reset). It is where the
+// streaming driver puts the content relative to the offline alignment the model was trained
+// on (mel frame m ↔ BN frame m/r at input time m·hop):
+//
+//   - the front end prefixes each chunk with the last SamplesCacheLen samples and replaces the
+//     first FbankCacheFrames frames of a window by the previous chunk's, so the frames of a
+//     window start SamplesCacheLen + FbankCacheFrames·hop samples earlier than the offline
+//     windows (720 + 480);
+//   - the BN adapter interpolates [previous last frame ‖ r new] and drops the first point, so
+//     condition frame m sits at BN position (m+1)/r − 1 instead of m/r: r−1 frames later
+//     (3·160 = 480);
+//   - DiT mel frame m is condition frame m, and the vocoder's centred frames put mel frame m
+//     at output sample m·hop (the overlap and crossfade keep this alignment).
+//
+// For the 120 ms model that is 1680 samples (105 ms). The first window (no carried frames,
+// no previous BN frame) is aligned differently; the steady state holds from the second on.
+// Output becomes available in bursts (1600, 1920, 1920, 3840, … samples per chunk), so a
+// fixed-rate player also needs OutputSlack samples buffered.
+func (s *Stream) Latency() int { return s.m.Latency() }
+
+// Latency is Stream.Latency, the same for every stream of the model.
+func (m *Model) Latency() int {
+	a, rt := m.ASR.Config, m.Config.Runtime
+	hop := fbankShift(a)
+	r := rt.VCChunkFrames / conformer.OutFrames(a.Stream.Window)
+	return a.Stream.SamplesCacheLen + a.Stream.FbankCacheFrames*hop + (r-1)*hop
+}
+
+// OutputSlack is the most the output falls behind the input in a stream: the maximum over
+// the chunks of (samples consumed − samples emitted). A player that starts at the first
+// output and plays at a fixed rate needs this much buffered to never run dry (2240 samples
+// for the 120 ms model, at the third chunk of every three). It follows from the schedule of
+// DiT steps, which repeats every lcm(condition frames per chunk, frames per step).
+func (m *Model) OutputSlack() int {
+	c, rt := m.Config, m.Config.Runtime
+	per := rt.VCChunkFrames // condition frames per input chunk (one window per chunk)
+	hop, ov := m.Vocoder.Config.Hop, m.Vocoder.Config.WavOverlap
+	queued, emitted, slack, steps := 0, 0, 0, 0
+	chunks := 2 * c.ChunkSize / gcd(per, c.ChunkSize) // two periods
+	for i := range chunks {
+		queued += per
+		for n := 0; queued >= c.Window() && n < max(rt.MaxDiTStepsPerChunk, 1); n++ {
+			queued -= c.ChunkSize
+			emitted += c.ChunkSize * hop
+			if steps == 0 {
+				// The first decode has no overlap frames: (chunk−1)·hop samples, tail held.
+				emitted -= hop + ov
+			}
+			steps++
+		}
+		slack = max(slack, (i+1)*rt.ChunkSamples-emitted)
+	}
+	return slack
+}
+
+// fbankShift is the fbank hop in samples (= the mel hop).
+func fbankShift(a conformer.Config) int {
+	return int(float64(a.Fbank.SampleRate) * a.Fbank.FrameShiftMs * 0.001)
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// SetTarget switches the voice from the next DiT step on (caches and noise are kept, so
+// the change is as smooth as the model makes it).
+func (s *Stream) SetTarget(target Timbre) error {
+	if err := s.m.checkTimbre(target); err != nil {
+		return err
+	}
+	s.target = target
+	return nil
+}
+
+// Target is the current voice.
+func (s *Stream) Target() Timbre { return s.target }
+
+// Seed sets the noise generator's seed (DefaultSeed unless set) and restarts it; Reset keeps
+// the seed.
+func (s *Stream) Seed(seed uint64) {
+	s.seed = seed
+	s.dit.Seed(seed)
+}
+
+// SetNoise makes the stream take its raw noise draws from f (nil: the seeded generator).
+func (s *Stream) SetNoise(f NoiseFunc) { s.noise = f }
+
+// Steps is the number of DiT steps run since the start or the last Reset.
+func (s *Stream) Steps() int { return s.steps }
+
+// Reset returns the stream to its state after NewStream (same target, seed and noise
+// source; compiled programs are kept).
+func (s *Stream) Reset() {
+	s.fe.Reset()
+	s.asr.Reset()
+	s.dit.Reset()
+	s.dit.Seed(s.seed)
+	s.voc.Reset()
+	s.cond.Flush()
+	s.hasPrev, s.steps, s.err = false, 0, nil
+	s.pending = s.pending[:0]
+}
+
+// Close frees the stream's caches and programs.
+func (s *Stream) Close() {
+	if s.asr != nil {
+		s.asr.Close()
+	}
+	if s.dit != nil {
+		s.dit.Close()
+	}
+	s.err = errors.New("meanvc2: stream is closed")
+}
+
+// SessionBytes is what one more stream costs: its caches (ASR attention and conv caches, DiT
+// KV caches), the arenas and I/O buffers of the DiT programs compiled for its caches (they are
+// compiled here if no step ran yet), and the host-side buffers of the front end, condition
+// queue and vocoder overlap. Not counted: the ASR program's arena (models/conformer does not
+// expose its State's program statistics); weights are shared and not counted.
+func (s *Stream) SessionBytes() (int64, error) {
+	c := s.m.Config
+	n := int64(len(s.asr.AttCache())+len(s.asr.CNNCache())) * 4
+	for l := range s.dit.kc {
+		n += s.dit.kc[l].Bytes() + s.dit.vc[l].Bytes()
+	}
+	seen := map[string]bool{}
+	for i := range c.Timesteps {
+		o := stepOpts{commit: i == len(c.Timesteps)-1}
+		key := fmt.Sprintf("commit=%v,trace=%v", o.commit, o.trace)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		s.m.exec.Lock() // compiling allocates through the backend too
+		prog, err := s.dit.cache.Get(key, func() (*engine.Graph, error) {
+			g := s.m.DiT.buildStep(s.dit.kc, s.dit.vc, o)
+			return g, g.Err()
+		})
+		s.m.exec.Unlock()
+		if err != nil {
+			return 0, fmt.Errorf("meanvc2: session bytes: %w", err)
+		}
+		st := prog.Stats()
+		n += st.ArenaBytes + st.IOBytes
+	}
+	a, rt := s.m.ASR.Config, c.Runtime
+	frameLen := int(float64(a.Fbank.SampleRate) * a.Fbank.FrameLengthMs * 0.001)
+	frames := a.Stream.FbankCacheFrames + (a.Stream.SamplesCacheLen+rt.ChunkSamples-frameLen)/fbankShift(a) + 1
+	host := 2*(a.Stream.SamplesCacheLen+rt.ChunkSamples) + frames*a.InputDim // front end
+	host += (c.Window() + c.ChunkSize) * c.BNDim                             // condition queue
+	host += 3 * c.Window() * c.MelDim                                        // noise, carry, x
+	vf := rt.VocoderOverlap + c.ChunkSize                                    // vocoder window frames
+	host += 3*vf*c.MelDim + 2*vf*s.m.Vocoder.Config.Hop + 4*s.m.Vocoder.Dims.NFFT
+	host += cap(s.pending)
+	return n + int64(host)*4, nil
+}
+
+// Process consumes exactly ChunkSize samples and appends the audio that is now final to out
+// (none, one or more DiT steps' worth: 0, 1600, 1920 or 3840 samples for the 120 ms model).
+func (s *Stream) Process(out, in []float32) ([]float32, error) {
+	if len(in) != s.ChunkSize() {
+		return out, fmt.Errorf("meanvc2: process: %d samples, want a chunk of %d", len(in), s.ChunkSize())
+	}
+	if len(s.pending) > 0 {
+		return out, fmt.Errorf("meanvc2: process: %d samples buffered by Write; keep writing", len(s.pending))
+	}
+	return s.chunk(out, in)
+}
+
+// Write takes any number of samples, runs every chunk they complete and appends the audio
+// now final; the output does not depend on how the input is cut.
+func (s *Stream) Write(out, in []float32) ([]float32, error) {
+	n := s.ChunkSize()
+	for len(in) > 0 {
+		if len(s.pending) == 0 && len(in) >= n {
+			// A whole chunk straight from the caller's slice.
+			var err error
+			if out, err = s.chunk(out, in[:n]); err != nil {
+				return out, err
+			}
+			in = in[n:]
+			continue
+		}
+		k := min(len(in), n-len(s.pending))
+		s.pending = append(s.pending, in[:k]...)
+		in = in[k:]
+		if len(s.pending) == n {
+			var err error
+			out, err = s.chunk(out, s.pending)
+			s.pending = s.pending[:0]
+			if err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// Flush ends the input: a partial chunk buffered by Write runs as the reference's last short
+// chunk, the queued condition frames are converted with the reference's flush padding, and
+// the vocoder's held-back tail is appended. The stream is then Reset for a new input.
+func (s *Stream) Flush(out []float32) ([]float32, error) {
+	defer s.Reset()
+	if len(s.pending) > 0 {
+		var err error
+		out, err = s.chunk(out, s.pending)
+		s.pending = s.pending[:0]
+		if err != nil {
+			return out, err
+		}
+	}
+	if s.err != nil {
+		return out, s.err
+	}
+	for _, cond := range s.cond.Flush() {
+		var err error
+		if out, err = s.step(out, cond); err != nil {
+			return out, err
+		}
+	}
+	return append(out, s.voc.Flush()...), nil
+}
+
+// chunk is run_rt's process_chunk on one chunk of input (a full one, or the last short one).
+func (s *Stream) chunk(out, in []float32) ([]float32, error) {
+	if s.err != nil {
+		return out, s.err
+	}
+	for _, v := range in {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			// One bad sample would poison every cache for the rest of the stream.
+			return out, errors.New("meanvc2: input holds NaN or Inf samples")
+		}
+	}
+	c := s.m.Config
+	_, err := s.fe.Chunk(in, func(window []float32, offset int) error {
+		s.m.exec.Lock()
+		bn, err := s.asr.Forward(window, offset)
+		s.m.exec.Unlock()
+		if err != nil {
+			return err
+		}
+		var prev []float32
+		if s.hasPrev {
+			prev = s.prevBN
+		}
+		s.cond.Push(UpsampleBN(prev, bn, c.BNDim, c.Runtime.VCChunkFrames))
+		copy(s.prevBN, bn[len(bn)-c.BNDim:])
+		s.hasPrev = true
+		return nil
+	})
+	if err != nil {
+		s.err = fmt.Errorf("meanvc2: content encoder: %w", err)
+		return out, s.err
+	}
+	for n := 0; n < max(c.Runtime.MaxDiTStepsPerChunk, 1); n++ {
+		cond, ok := s.cond.Next()
+		if !ok {
+			break
+		}
+		if out, err = s.step(out, cond); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// step runs one DiT step on cond [Window, BNDim] and the vocoder on its mel frames.
+func (s *Stream) step(out, cond []float32) ([]float32, error) {
+	var raw []float32
+	if s.noise != nil {
+		raw = s.noise(s.steps)
+	}
+	s.m.exec.Lock()
+	defer s.m.exec.Unlock()
+	mel, err := s.dit.Step(cond, s.target, raw)
+	if err != nil {
+		s.err = fmt.Errorf("meanvc2: DiT step %d: %w", s.steps, err)
+		return out, s.err
+	}
+	s.steps++
+	wav, err := s.voc.Push(mel)
+	if err != nil {
+		s.err = fmt.Errorf("meanvc2: vocoder step %d: %w", s.steps-1, err)
+		return out, s.err
+	}
+	return append(out, wav...), nil
+}
