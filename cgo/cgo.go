@@ -308,6 +308,11 @@ func (p *Plan) Free() {
 // Context runs plans on its own threads.
 type Context struct {
 	c *C.vx_ctx
+	// mu makes Execute safe from several goroutines: a context's thread pool and scratch
+	// serve one plan at a time, so concurrent callers take turns (each run already uses
+	// every thread of the context).
+	mu     sync.Mutex
+	failed C.int32_t // the failing node of the last run (a field, so calls do not allocate)
 }
 
 // NewContext returns a context with n threads (the calling thread included).
@@ -325,6 +330,8 @@ func (c *Context) Threads() int { return int(C.vx_ctx_threads(c.c)) }
 
 // Close stops the context's threads.
 func (c *Context) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.c != nil {
 		C.vx_ctx_free(c.c)
 		c.c = nil
@@ -345,9 +352,13 @@ func (e *ExecError) Error() string {
 
 // Execute runs the whole plan in one call.
 func (c *Context) Execute(p *Plan) error {
-	var failed C.int32_t
-	if rc := C.vx_execute(c.c, p.plan, &failed); rc != C.VX_OK {
-		return &ExecError{Node: int(failed), Code: int(rc)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c == nil {
+		return errors.New("cgo: execute on a closed context")
+	}
+	if rc := C.vx_execute(c.c, p.plan, &c.failed); rc != C.VX_OK {
+		return &ExecError{Node: int(c.failed), Code: int(rc)}
 	}
 	return nil
 }
