@@ -32,7 +32,22 @@ type DType int32
 const (
 	F32 DType = C.VX_F32
 	I32 DType = C.VX_I32
+	// Q8_0 and F16 are GGUF weight encodings (see vx.h), read only by OpLinearQ and
+	// OpGatherRows.
+	Q8_0 DType = C.VX_Q8_0
+	F16  DType = C.VX_F16
 )
+
+// RowBytes is the size of one row of k values of type d (0 when k does not fit d's blocks).
+func RowBytes(d DType, k int64) int64 {
+	switch d {
+	case F32, I32:
+		return 4 * k
+	case Q8_0, F16:
+		return int64(C.vx_qrow_bytes(C.int(d), C.int64_t(k)))
+	}
+	return 0
+}
 
 // Op is a kernel (see vx.h for each one's sources and parameters).
 type Op int32
@@ -61,6 +76,7 @@ const (
 	OpRoPE            Op = C.VX_OP_ROPE
 	OpAttention       Op = C.VX_OP_ATTENTION
 	OpScatterRows     Op = C.VX_OP_SCATTER_ROWS
+	OpLinearQ         Op = C.VX_OP_LINEAR_Q
 )
 
 // Unary functions for OpUnary (ip[0]).

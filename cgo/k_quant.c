@@ -1,0 +1,479 @@
+/* Linear layers over weights kept in their GGUF encoding (VX_OP_LINEAR_Q): y = x W^T + bias
+ * with W [N, K] in Q8_0 or F16. Decoding one token is bound by the weight bytes it reads, so
+ * W is never widened to f32 in memory for few rows of x:
+ *  - M <= SMALL_M rows of x (decode): Q8_0 quantises each x row once into int8 blocks of 32
+ *    with an f32 scale, and each output is a sum over blocks of an int8 dot times both scales
+ *    (AVX-512 VNNI dpbusd, or AVX2 maddubs). Measured against widening the W blocks to f32 in
+ *    registers, the int8 dot does a quarter of the vector work per weight byte, which matters
+ *    once two cores stream the weights from DRAM. F16 rows are widened in registers (vcvtph2ps)
+ *    and FMA'd with x. Threads split the rows of W, ROWS at a time (x is loaded once per block
+ *    for ROWS weight streams).
+ *  - more rows (prefill): each task widens a panel of W rows into its thread's scratch and
+ *    multiplies all of x by it with single-threaded OpenBLAS; tasks split the panels (N) and,
+ *    when panels are few, the rows of x.
+ * Accuracy: the prefill path and F16 are the f32 product of x and the dequantised W up to f32
+ * rounding; the Q8_0 decode path adds the activation rounding, at most amax_b/254 per element
+ * of block b of x (amax_b its largest magnitude), i.e. |err| <= sum_b amax_b/254 * sum|w| over
+ * the block, a relative error around 1e-3 of sum|x||w| on typical rows (tests check the bound). */
+#include <math.h>
+#include <string.h>
+#include <cblas.h>
+#include "kern.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define VX_QX86 1
+#include <immintrin.h>
+#define QAVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define QVNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define QINLINE __attribute__((always_inline)) inline
+#endif
+
+#define QK 32     /* values per Q8_0 block */
+#define QB 34     /* bytes per Q8_0 block: f16 scale + 32 int8 */
+#define SMALL_M 8 /* up to this many x rows: the direct dot kernels */
+#define ROWS 4    /* W rows per dot call */
+
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static float half_f32(uint16_t h) {
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+	float f;
+	if (exp == 0) { /* zero or subnormal: mant * 2^-24 exactly */
+		f = (float)mant * (1.0f / 16777216.0f);
+		memcpy(&bits, &f, 4);
+		bits |= sign;
+	} else if (exp == 31) {
+		bits = sign | 0x7f800000u | (mant << 13);
+	} else {
+		bits = sign | ((exp + 112) << 23) | (mant << 13);
+	}
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+int64_t vx_qrow_bytes(int dtype, int64_t k) {
+	if (k <= 0)
+		return 0;
+	if (dtype == VX_Q8_0)
+		return k % QK ? 0 : k / QK * QB;
+	if (dtype == VX_F16)
+		return 2 * k;
+	return 0;
+}
+
+/* ---- SIMD level ---- */
+
+enum { LV_PORTABLE = 0, LV_AVX2 = 1, LV_VNNI = 2 };
+
+static int level(void) {
+#ifdef VX_QX86
+	static int f16c = -1, vnni = -1;
+	if (f16c < 0) { /* benign race: every thread computes the same values */
+		__builtin_cpu_init();
+		f16c = __builtin_cpu_supports("f16c") != 0;
+		vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+		       __builtin_cpu_supports("avx512vnni");
+	}
+	if (vx_use_avx512() && f16c && vnni)
+		return LV_VNNI;
+	if (vx_use_avx2() && f16c)
+		return LV_AVX2;
+#endif
+	return LV_PORTABLE;
+}
+
+/* ---- dequantising rows ---- */
+
+static void dequant_portable(int dtype, const uint8_t *s, float *d, int64_t k) {
+	if (dtype == VX_F16) {
+		for (int64_t i = 0; i < k; i++)
+			d[i] = half_f32(rd16(s + 2 * i));
+		return;
+	}
+	for (int64_t b = 0; b < k / QK; b++, s += QB) {
+		float sc = half_f32(rd16(s));
+		const int8_t *q = (const int8_t *)(s + 2);
+		for (int j = 0; j < QK; j++)
+			d[b * QK + j] = (float)q[j] * sc;
+	}
+}
+
+#ifdef VX_QX86
+static QAVX2_FN void dequant_avx2(int dtype, const uint8_t *s, float *d, int64_t k) {
+	if (dtype == VX_F16) {
+		int64_t i = 0;
+		for (; i + 8 <= k; i += 8)
+			_mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+		for (; i < k; i++)
+			d[i] = half_f32(rd16(s + 2 * i));
+		return;
+	}
+	for (int64_t b = 0; b < k / QK; b++, s += QB) {
+		__m256 sc = _mm256_cvtph_ps(_mm_set1_epi16((short)rd16(s)));
+		for (int j = 0; j < QK; j += 8) {
+			__m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s + 2 + j)));
+			_mm256_storeu_ps(d + b * QK + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), sc));
+		}
+	}
+}
+
+static QVNNI_FN void dequant_avx512(int dtype, const uint8_t *s, float *d, int64_t k) {
+	if (dtype == VX_F16) {
+		int64_t i = 0;
+		for (; i + 16 <= k; i += 16)
+			_mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 2 * i))));
+		for (; i < k; i++)
+			d[i] = half_f32(rd16(s + 2 * i));
+		return;
+	}
+	for (int64_t b = 0; b < k / QK; b++, s += QB) {
+		__m512 sc = _mm512_cvtph_ps(_mm256_set1_epi16((short)rd16(s)));
+		__m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 2)));
+		__m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 18)));
+		_mm512_storeu_ps(d + b * QK, _mm512_mul_ps(_mm512_cvtepi32_ps(q0), sc));
+		_mm512_storeu_ps(d + b * QK + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(q1), sc));
+	}
+}
+#endif
+
+static void dequant_lv(int lv, int dtype, const void *src, float *dst, int64_t k) {
+#ifdef VX_QX86
+	if (lv == LV_VNNI) {
+		dequant_avx512(dtype, src, dst, k);
+		return;
+	}
+	if (lv == LV_AVX2) {
+		dequant_avx2(dtype, src, dst, k);
+		return;
+	}
+#endif
+	(void)lv;
+	dequant_portable(dtype, src, dst, k);
+}
+
+void vx_dequant_row(int dtype, const void *src, float *dst, int64_t k) { dequant_lv(level(), dtype, src, dst, k); }
+
+/* ---- quantising x rows (Q8_0 decode) ---- */
+
+/* Blocks of 32 values -> int8 q and f32 scale d with x ~ q*d; d = amax/127, q rounded to
+ * nearest. The scale stays f32 (ggml rounds it to f16): a free bit of accuracy. */
+static void quant_row(const float *x, int64_t k, int8_t *q, float *d) {
+	for (int64_t b = 0; b < k / QK; b++) {
+		const float *xb = x + b * QK;
+		float amax = 0;
+		for (int j = 0; j < QK; j++)
+			amax = fmaxf(amax, fabsf(xb[j]));
+		float id = amax > 0 ? 127.0f / amax : 0.0f;
+		d[b] = amax / 127.0f;
+		for (int j = 0; j < QK; j++)
+			q[b * QK + j] = (int8_t)lrintf(xb[j] * id);
+	}
+}
+
+/* ---- dot kernels: out[r] = row r of W (r < nr) . one x row ---- */
+
+static void dot_q8_portable(const uint8_t *w, int64_t rb, int nr, const int8_t *xq, const float *xd,
+                            int64_t nb, float *out) {
+	for (int r = 0; r < nr; r++) {
+		const uint8_t *blk = w + r * rb;
+		float acc = 0;
+		for (int64_t b = 0; b < nb; b++, blk += QB) {
+			const int8_t *q = (const int8_t *)(blk + 2), *xb = xq + b * QK;
+			int32_t s = 0;
+			for (int j = 0; j < QK; j++)
+				s += (int32_t)q[j] * xb[j];
+			acc += (float)s * (half_f32(rd16(blk)) * xd[b]);
+		}
+		out[r] = acc;
+	}
+}
+
+static void dot_f16_portable(const uint8_t *w, int64_t rb, int nr, const float *x, int64_t k, float *out) {
+	for (int r = 0; r < nr; r++) {
+		const uint8_t *row = w + r * rb;
+		float acc = 0;
+		for (int64_t i = 0; i < k; i++)
+			acc += half_f32(rd16(row + 2 * i)) * x[i];
+		out[r] = acc;
+	}
+}
+
+#ifdef VX_QX86
+static inline QAVX2_FN float hsum256(__m256 v) {
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* AVX2: |w| (unsigned) x sign(w)*x (signed) with maddubs; pairs stay below 2*127*127, so the
+ * int16 sums never saturate. */
+static QAVX2_FN QINLINE void dot_q8_avx2_n(const uint8_t *w, int64_t rb, const int nr, const int8_t *xq,
+                                            const float *xd, int64_t nb, float *out) {
+	__m256 acc[ROWS];
+	const __m256i ones = _mm256_set1_epi16(1);
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + b * QK));
+		__m256 dx = _mm256_set1_ps(xd[b]);
+		for (int r = 0; r < nr; r++) {
+			const uint8_t *blk = w + r * rb + b * QB;
+			__m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+			__m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+			__m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+			__m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)rd16(blk))), dx);
+			acc[r] = _mm256_fmadd_ps(s, d, acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		out[r] = hsum256(acc[r]);
+}
+static QAVX2_FN void dot_q8_avx2_4(const uint8_t *w, int64_t rb, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	dot_q8_avx2_n(w, rb, ROWS, xq, xd, nb, out);
+}
+static QAVX2_FN void dot_q8_avx2_1(const uint8_t *w, int64_t rb, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	dot_q8_avx2_n(w, rb, 1, xq, xd, nb, out);
+}
+
+/* AVX-512 VNNI: dpbusd does the |w| x sign(w)*x products and their sums in one instruction
+ * with int32 accumulation. */
+static QVNNI_FN QINLINE void dot_q8_vnni_n(const uint8_t *w, int64_t rb, const int nr, const int8_t *xq,
+                                            const float *xd, int64_t nb, float *out) {
+	__m256 acc[ROWS];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + b * QK));
+		__m256 dx = _mm256_set1_ps(xd[b]);
+		for (int r = 0; r < nr; r++) {
+			const uint8_t *blk = w + r * rb + b * QB;
+			__m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+			__m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+			__m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)rd16(blk))), dx);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		out[r] = hsum256(acc[r]);
+}
+static QVNNI_FN void dot_q8_vnni_4(const uint8_t *w, int64_t rb, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	dot_q8_vnni_n(w, rb, ROWS, xq, xd, nb, out);
+}
+static QVNNI_FN void dot_q8_vnni_1(const uint8_t *w, int64_t rb, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	dot_q8_vnni_n(w, rb, 1, xq, xd, nb, out);
+}
+
+static QAVX2_FN QINLINE void dot_f16_avx2_n(const uint8_t *w, int64_t rb, const int nr, const float *x, int64_t k, float *out) {
+	__m256 acc[ROWS];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	int64_t i = 0;
+	for (; i + 8 <= k; i += 8) {
+		__m256 xv = _mm256_loadu_ps(x + i);
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + r * rb + 2 * i))), xv, acc[r]);
+	}
+	for (int r = 0; r < nr; r++) {
+		float s = hsum256(acc[r]);
+		for (int64_t j = i; j < k; j++)
+			s += half_f32(rd16(w + r * rb + 2 * j)) * x[j];
+		out[r] = s;
+	}
+}
+static QAVX2_FN void dot_f16_avx2_4(const uint8_t *w, int64_t rb, const float *x, int64_t k, float *out) {
+	dot_f16_avx2_n(w, rb, ROWS, x, k, out);
+}
+static QAVX2_FN void dot_f16_avx2_1(const uint8_t *w, int64_t rb, const float *x, int64_t k, float *out) {
+	dot_f16_avx2_n(w, rb, 1, x, k, out);
+}
+
+static QVNNI_FN QINLINE void dot_f16_avx512_n(const uint8_t *w, int64_t rb, const int nr, const float *x, int64_t k, float *out) {
+	__m512 acc[ROWS];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm512_setzero_ps();
+	int64_t i = 0;
+	for (; i + 16 <= k; i += 16) {
+		__m512 xv = _mm512_loadu_ps(x + i);
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + r * rb + 2 * i))), xv, acc[r]);
+	}
+	for (int r = 0; r < nr; r++) {
+		float s = _mm512_reduce_add_ps(acc[r]);
+		for (int64_t j = i; j < k; j++)
+			s += half_f32(rd16(w + r * rb + 2 * j)) * x[j];
+		out[r] = s;
+	}
+}
+static QVNNI_FN void dot_f16_avx512_4(const uint8_t *w, int64_t rb, const float *x, int64_t k, float *out) {
+	dot_f16_avx512_n(w, rb, ROWS, x, k, out);
+}
+static QVNNI_FN void dot_f16_avx512_1(const uint8_t *w, int64_t rb, const float *x, int64_t k, float *out) {
+	dot_f16_avx512_n(w, rb, 1, x, k, out);
+}
+#endif
+
+/* ---- the op ---- */
+
+typedef struct {
+	int dtype, lv;
+	int64_t M, N, K, rb, nb;
+	const uint8_t *w;
+	const float *x, *bias;
+	float *y;
+	const int8_t *xq; /* Q8_0 decode: x rows quantised, M x nb*QK */
+	const float *xd;  /* and their scales, M x nb */
+	int64_t chunk;    /* W rows per task (decode) or per panel (prefill) */
+	int64_t npanel, mparts;
+	vx_ctx *ctx;
+} lq_job;
+
+static void dot_rows(const lq_job *j, const uint8_t *w, int nr, int64_t m, float *out) {
+#ifdef VX_QX86
+	if (j->dtype == VX_Q8_0) {
+		const int8_t *xq = j->xq + m * j->nb * QK;
+		const float *xd = j->xd + m * j->nb;
+		if (j->lv == LV_VNNI) {
+			if (nr == ROWS)
+				dot_q8_vnni_4(w, j->rb, xq, xd, j->nb, out);
+			else
+				for (int r = 0; r < nr; r++)
+					dot_q8_vnni_1(w + r * j->rb, j->rb, xq, xd, j->nb, out + r);
+			return;
+		}
+		if (j->lv == LV_AVX2) {
+			if (nr == ROWS)
+				dot_q8_avx2_4(w, j->rb, xq, xd, j->nb, out);
+			else
+				for (int r = 0; r < nr; r++)
+					dot_q8_avx2_1(w + r * j->rb, j->rb, xq, xd, j->nb, out + r);
+			return;
+		}
+	} else {
+		const float *x = j->x + m * j->K;
+		if (j->lv == LV_VNNI) {
+			if (nr == ROWS)
+				dot_f16_avx512_4(w, j->rb, x, j->K, out);
+			else
+				for (int r = 0; r < nr; r++)
+					dot_f16_avx512_1(w + r * j->rb, j->rb, x, j->K, out + r);
+			return;
+		}
+		if (j->lv == LV_AVX2) {
+			if (nr == ROWS)
+				dot_f16_avx2_4(w, j->rb, x, j->K, out);
+			else
+				for (int r = 0; r < nr; r++)
+					dot_f16_avx2_1(w + r * j->rb, j->rb, x, j->K, out + r);
+			return;
+		}
+	}
+#endif
+	if (j->dtype == VX_Q8_0)
+		dot_q8_portable(w, j->rb, nr, j->xq + m * j->nb * QK, j->xd + m * j->nb, j->nb, out);
+	else
+		dot_f16_portable(w, j->rb, nr, j->x + m * j->K, j->K, out);
+}
+
+static void small_task(void *p, int64_t i) {
+	const lq_job *j = p;
+	int64_t n0 = i * j->chunk, n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
+	float out[ROWS];
+	for (int64_t r = n0; r < n1; r += ROWS) {
+		int nr = (int)(n1 - r < ROWS ? n1 - r : ROWS);
+		/* Every x row against this group of W rows while they are in cache. */
+		for (int64_t m = 0; m < j->M; m++) {
+			dot_rows(j, j->w + r * j->rb, nr, m, out);
+			float *y = j->y + m * j->N + r;
+			for (int q = 0; q < nr; q++)
+				y[q] = out[q] + (j->bias ? j->bias[r + q] : 0.0f);
+		}
+	}
+}
+
+static void panel_task(void *p, int64_t i) {
+	const lq_job *j = p;
+	int64_t pi = i % j->npanel, mi = i / j->npanel;
+	int64_t n0 = pi * j->chunk, nr = j->N - n0 < j->chunk ? j->N - n0 : j->chunk;
+	int64_t m0 = j->M * mi / j->mparts, m1 = j->M * (mi + 1) / j->mparts;
+	if (m1 <= m0 || nr <= 0)
+		return;
+	float *panel = vx_scratch(j->ctx, vx_thread_id(), nr * j->K * 4); /* grown before the loop */
+	for (int64_t r = 0; r < nr; r++)
+		dequant_lv(j->lv, j->dtype, j->w + (n0 + r) * j->rb, panel + r * j->K, j->K);
+	float *y = j->y + m0 * j->N + n0;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(m1 - m0), (int)nr, (int)j->K, 1.0f,
+	            j->x + m0 * j->K, (int)j->K, panel, (int)j->K, 0.0f, y, (int)j->N);
+	if (j->bias)
+		for (int64_t m = m0; m < m1; m++)
+			for (int64_t r = 0; r < nr; r++)
+				j->y[m * j->N + n0 + r] += j->bias[n0 + r];
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
+	const vx_tensor *x = vx_src(node, t, 0), *w = vx_src(node, t, 1), *b = vx_src(node, t, 2), *y = &t[node->dst];
+	if (node->n_src < 2 || node->n_src > 3 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !w ||
+	    (w->dtype != VX_Q8_0 && w->dtype != VX_F16) || w->ndim != 2 || !w->data)
+		return VX_ERR_BAD_SHAPE;
+	if (x->ndim < 1 || y->ndim != x->ndim || !vx_is_contiguous(x) || !vx_is_contiguous(y))
+		return VX_ERR_BAD_SHAPE;
+	int64_t N = w->shape[0], K = w->shape[1], M = K > 0 ? vx_numel(x) / K : 0;
+	int64_t rb = vx_qrow_bytes(w->dtype, K);
+	if (rb == 0 || N <= 0 || x->shape[x->ndim - 1] != K || y->shape[y->ndim - 1] != N || vx_numel(y) != M * N)
+		return VX_ERR_BAD_SHAPE;
+	for (int d = 0; d < x->ndim - 1; d++)
+		if (x->shape[d] != y->shape[d])
+			return VX_ERR_BAD_SHAPE;
+	if (b && (!vx_tensor_ok(b, VX_F32) || vx_numel(b) != N || !vx_is_contiguous(b)))
+		return VX_ERR_BAD_SHAPE;
+	if (M == 0)
+		return VX_OK;
+	int nt = vx_ctx_threads(ctx);
+	lq_job j = {.dtype = w->dtype, .lv = level(), .M = M, .N = N, .K = K, .rb = rb, .nb = K / QK,
+	            .w = w->data, .x = x->data, .bias = b ? b->data : NULL, .y = y->data, .ctx = ctx};
+	double work = (double)M * (double)N * (double)K;
+	if (M <= SMALL_M) {
+		if (j.dtype == VX_Q8_0) {
+			int8_t *xq = vx_scratch(ctx, VX_SCRATCH_SHARED, M * K + M * j.nb * 4 + 64);
+			if (!xq)
+				return VX_ERR_NOMEM;
+			float *xd = (float *)(xq + ((M * K + 63) & ~(int64_t)63));
+			for (int64_t m = 0; m < M; m++)
+				quant_row(j.x + m * K, K, xq + m * K, xd + m * j.nb);
+			j.xq = xq;
+			j.xd = xd;
+		}
+		int64_t groups = cdiv(N, ROWS);
+		int64_t tasks = work < 65536.0 || nt == 1 ? 1 : (groups < 4 * nt ? groups : 4 * nt);
+		j.chunk = cdiv(groups, tasks) * ROWS;
+		tasks = cdiv(N, j.chunk);
+		if (tasks == 1)
+			small_task(&j, 0);
+		else
+			vx_parallel_for(ctx, tasks, small_task, &j);
+		return VX_OK;
+	}
+	/* Panels of ~1 MiB of f32 (256 rows at K=1024), at least two per thread. */
+	int64_t pr = (1 << 18) / K;
+	pr = pr < 16 ? 16 : pr > 256 ? 256 : pr;
+	int64_t fair = cdiv(cdiv(N, 2 * nt), 16) * 16;
+	j.chunk = pr < fair ? pr : fair;
+	j.npanel = cdiv(N, j.chunk);
+	j.mparts = j.npanel >= 2 * nt ? 1 : (M / 16 > 1 ? (M / 16 < 2 * nt ? M / 16 : 2 * nt) : 1);
+	int rc = VX_OK;
+	for (int i = 0; i < nt; i++)
+		if (!vx_scratch(ctx, i, j.chunk * K * 4))
+			rc = VX_ERR_NOMEM;
+	if (rc != VX_OK)
+		return rc;
+	int64_t tasks = j.npanel * j.mparts;
+	if (tasks == 1 || nt == 1) {
+		for (int64_t i = 0; i < tasks; i++)
+			panel_task(&j, i);
+	} else {
+		vx_parallel_for(ctx, tasks, panel_task, &j);
+	}
+	return VX_OK;
+}
