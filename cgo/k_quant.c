@@ -61,6 +61,55 @@ int64_t vx_qrow_bytes(int dtype, int64_t k) {
 	return 0;
 }
 
+#define RB (16 + 8 * QK) /* bytes of one 8-row block record of VX_Q8_0_R8 */
+
+int64_t vx_qbytes(int dtype, int64_t n, int64_t k) {
+	if (n <= 0)
+		return 0;
+	if (dtype == VX_Q8_0_R8)
+		return (n + 7) / 8 * 8 * vx_qrow_bytes(VX_Q8_0, k);
+	return n * vx_qrow_bytes(dtype, k);
+}
+
+void vx_repack_q8_0_r8(const void *src, void *dst, int64_t n, int64_t k) {
+	const uint8_t *s = src;
+	uint8_t *d = dst;
+	int64_t nb = k / QK, rb = nb * QB;
+	for (int64_t g = 0; g < (n + 7) / 8; g++)
+		for (int64_t b = 0; b < nb; b++) {
+			uint8_t *rec = d + (g * nb + b) * RB;
+			for (int r = 0; r < 8; r++) {
+				int64_t row = g * 8 + r;
+				if (row >= n) { /* padding rows: scale 0, quants 0 */
+					rec[2 * r] = rec[2 * r + 1] = 0;
+					for (int c = 0; c < 4; c++)
+						memset(rec + 16 + c * 64 + r * 8, 0x80, 8);
+					continue;
+				}
+				const uint8_t *blk = s + row * rb + b * QB;
+				rec[2 * r] = blk[0];
+				rec[2 * r + 1] = blk[1];
+				for (int c = 0; c < 4; c++)
+					for (int j = 0; j < 8; j++)
+						rec[16 + c * 64 + r * 8 + j] = blk[2 + c * 8 + j] ^ 0x80;
+			}
+		}
+}
+
+/* Dequantises rows [r0, r0+nr) of one 8-row group (nb block records) into dst (row stride k). */
+static void dequant_r8(const uint8_t *grp, int64_t nb, int r0, int nr, float *dst, int64_t k) {
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		for (int r = r0; r < r0 + nr; r++) {
+			float d = half_f32(rd16(rec + 2 * r));
+			float *o = dst + (r - r0) * k + b * QK;
+			for (int c = 0; c < 4; c++)
+				for (int j = 0; j < 8; j++)
+					o[c * 8 + j] = (float)((int)rec[16 + c * 64 + r * 8 + j] - 128) * d;
+		}
+	}
+}
+
 /* ---- SIMD level ---- */
 
 enum { LV_PORTABLE = 0, LV_AVX2 = 1, LV_VNNI = 2 };
@@ -157,7 +206,7 @@ void vx_dequant_row(int dtype, const void *src, float *dst, int64_t k) { dequant
 
 /* Blocks of 32 values -> int8 q and f32 scale d with x ~ q*d; d = amax/127, q rounded to
  * nearest. The scale stays f32 (ggml rounds it to f16): a free bit of accuracy. */
-static void quant_row(const float *x, int64_t k, int8_t *q, float *d) {
+static void quant_row(const float *x, int64_t k, int8_t *q, float *d, int32_t *sum) {
 	for (int64_t b = 0; b < k / QK; b++) {
 		const float *xb = x + b * QK;
 		float amax = 0;
@@ -165,10 +214,95 @@ static void quant_row(const float *x, int64_t k, int8_t *q, float *d) {
 			amax = fmaxf(amax, fabsf(xb[j]));
 		float id = amax > 0 ? 127.0f / amax : 0.0f;
 		d[b] = amax / 127.0f;
-		for (int j = 0; j < QK; j++)
+		int32_t s = 0;
+		for (int j = 0; j < QK; j++) {
 			q[b * QK + j] = (int8_t)lrintf(xb[j] * id);
+			s += q[b * QK + j];
+		}
+		sum[b] = s; /* the R8 kernel's correction: its weights are stored as q+128 */
 	}
 }
+
+/* ---- 8-row kernels (VX_Q8_0_R8): out[0..7] = the group's rows . one quantised x row ---- */
+
+static void dot_r8_portable(const uint8_t *grp, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	float acc[8] = {0};
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		const int8_t *xb = xq + b * QK;
+		for (int r = 0; r < 8; r++) {
+			int32_t s = 0;
+			for (int c = 0; c < 4; c++)
+				for (int j = 0; j < 8; j++)
+					s += ((int32_t)rec[16 + c * 64 + r * 8 + j] - 128) * xb[c * 8 + j];
+			acc[r] += (float)s * (half_f32(rd16(rec + 2 * r)) * xd[b]);
+		}
+	}
+	memcpy(out, acc, sizeof acc);
+}
+
+#ifdef VX_QX86
+static inline int64_t ld64(const void *p) {
+	int64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* 512-bit lanes 2r and 2r+1 belong to row r: one dpbusd multiplies 8 rows by 8 x values. The
+ * unsigned operand is the stored q+128, so each block starts its sum at -128*sum(x). */
+static QVNNI_FN void dot_r8_vnni(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,
+                                 int64_t nb, float *out) {
+	__m512 acc = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		const int8_t *xb = xq + b * QK;
+		__m512i s0 = _mm512_maskz_set1_epi32(0x5555, -128 * xs[b]);
+		__m512i s1 = _mm512_setzero_si512();
+		s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512(rec + 16), _mm512_set1_epi64(ld64(xb)));
+		s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512(rec + 80), _mm512_set1_epi64(ld64(xb + 8)));
+		s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512(rec + 144), _mm512_set1_epi64(ld64(xb + 16)));
+		s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512(rec + 208), _mm512_set1_epi64(ld64(xb + 24)));
+		__m128i h = _mm_loadu_si128((const __m128i *)rec);
+		__m256i hh = _mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h));
+		__m512 sc = _mm512_mul_ps(_mm512_cvtph_ps(hh), _mm512_set1_ps(xd[b]));
+		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, acc);
+	}
+	float t[16];
+	_mm512_storeu_ps(t, acc);
+	for (int r = 0; r < 8; r++)
+		out[r] = t[2 * r] + t[2 * r + 1];
+}
+
+/* AVX2: rows 0-3 in one register, 4-7 in another; the quants are flipped back to signed and
+ * multiplied with the |w| x sign(w)*x trick (maddubs). */
+static QAVX2_FN void dot_r8_avx2(const uint8_t *grp, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		const int8_t *xb = xq + b * QK;
+		__m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+		for (int c = 0; c < 4; c++) {
+			__m256i xv = _mm256_set1_epi64x(ld64(xb + 8 * c));
+			__m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 16 + 64 * c)), flip);
+			__m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 48 + 64 * c)), flip);
+			s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(xv, w0)), ones));
+			s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(xv, w1)), ones));
+		}
+		__m128i h = _mm_loadu_si128((const __m128i *)rec);
+		__m256 dx = _mm256_set1_ps(xd[b]);
+		__m256 sc0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi16(h, h)), dx);
+		__m256 sc1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi16(h, h)), dx);
+		acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), sc0, acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), sc1, acc1);
+	}
+	float t[16];
+	_mm256_storeu_ps(t, acc0);
+	_mm256_storeu_ps(t + 8, acc1);
+	for (int r = 0; r < 8; r++)
+		out[r] = t[2 * r] + t[2 * r + 1];
+}
+#endif
 
 /* ---- dot kernels: out[r] = row r of W (r < nr) . one x row ---- */
 
@@ -323,6 +457,7 @@ typedef struct {
 	float *y;
 	const int8_t *xq; /* Q8_0 decode: x rows quantised, M x nb*QK */
 	const float *xd;  /* and their scales, M x nb */
+	const int32_t *xs; /* and their block sums, M x nb */
 	int64_t chunk;    /* W rows per task (decode) or per panel (prefill) */
 	int64_t npanel, mparts;
 	vx_ctx *ctx;
@@ -391,6 +526,33 @@ static void small_task(void *p, int64_t i) {
 	}
 }
 
+static void small_task_r8(void *p, int64_t i) {
+	const lq_job *j = p;
+	int64_t g0 = i * j->chunk / 8, g1 = (i + 1) * j->chunk / 8, ng = (j->N + 7) / 8;
+	if (g1 > ng)
+		g1 = ng;
+	float out[8];
+	for (int64_t g = g0; g < g1; g++) {
+		const uint8_t *grp = j->w + g * j->nb * RB;
+		int nr = (int)(j->N - g * 8 < 8 ? j->N - g * 8 : 8);
+		for (int64_t m = 0; m < j->M; m++) {
+			const int8_t *xq = j->xq + m * j->nb * QK;
+			const float *xd = j->xd + m * j->nb;
+#ifdef VX_QX86
+			if (j->lv == LV_VNNI)
+				dot_r8_vnni(grp, xq, xd, j->xs + m * j->nb, j->nb, out);
+			else if (j->lv == LV_AVX2)
+				dot_r8_avx2(grp, xq, xd, j->nb, out);
+			else
+#endif
+				dot_r8_portable(grp, xq, xd, j->nb, out);
+			float *y = j->y + m * j->N + g * 8;
+			for (int q = 0; q < nr; q++)
+				y[q] = out[q] + (j->bias ? j->bias[g * 8 + q] : 0.0f);
+		}
+	}
+}
+
 static void panel_task(void *p, int64_t i) {
 	const lq_job *j = p;
 	int64_t pi = i % j->npanel, mi = i / j->npanel;
@@ -399,8 +561,13 @@ static void panel_task(void *p, int64_t i) {
 	if (m1 <= m0 || nr <= 0)
 		return;
 	float *panel = vx_scratch(j->ctx, vx_thread_id(), nr * j->K * 4); /* grown before the loop */
-	for (int64_t r = 0; r < nr; r++)
-		dequant_lv(j->lv, j->dtype, j->w + (n0 + r) * j->rb, panel + r * j->K, j->K);
+	if (j->dtype == VX_Q8_0_R8) { /* n0 is a multiple of 8: whole groups but maybe the last */
+		for (int64_t r = 0; r < nr; r += 8)
+			dequant_r8(j->w + (n0 + r) / 8 * j->nb * RB, j->nb, 0, (int)(nr - r < 8 ? nr - r : 8), panel + r * j->K, j->K);
+	} else {
+		for (int64_t r = 0; r < nr; r++)
+			dequant_lv(j->lv, j->dtype, j->w + (n0 + r) * j->rb, panel + r * j->K, j->K);
+	}
 	float *y = j->y + m0 * j->N + n0;
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(m1 - m0), (int)nr, (int)j->K, 1.0f,
 	            j->x + m0 * j->K, (int)j->K, panel, (int)j->K, 0.0f, y, (int)j->N);
@@ -415,12 +582,13 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *x = vx_src(node, t, 0), *w = vx_src(node, t, 1), *b = vx_src(node, t, 2), *y = &t[node->dst];
 	if (node->n_src < 2 || node->n_src > 3 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !w ||
-	    (w->dtype != VX_Q8_0 && w->dtype != VX_F16) || w->ndim != 2 || !w->data)
+	    (w->dtype != VX_Q8_0 && w->dtype != VX_F16 && w->dtype != VX_Q8_0_R8) || w->ndim != 2 || !w->data)
 		return VX_ERR_BAD_SHAPE;
 	if (x->ndim < 1 || y->ndim != x->ndim || !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t N = w->shape[0], K = w->shape[1], M = K > 0 ? vx_numel(x) / K : 0;
-	int64_t rb = vx_qrow_bytes(w->dtype, K);
+	int r8 = w->dtype == VX_Q8_0_R8;
+	int64_t rb = vx_qrow_bytes(r8 ? VX_Q8_0 : w->dtype, K);
 	if (rb == 0 || N <= 0 || x->shape[x->ndim - 1] != K || y->shape[y->ndim - 1] != N || vx_numel(y) != M * N)
 		return VX_ERR_BAD_SHAPE;
 	for (int d = 0; d < x->ndim - 1; d++)
@@ -435,15 +603,29 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	            .w = w->data, .x = x->data, .bias = b ? b->data : NULL, .y = y->data, .ctx = ctx};
 	double work = (double)M * (double)N * (double)K;
 	if (M <= SMALL_M) {
-		if (j.dtype == VX_Q8_0) {
-			int8_t *xq = vx_scratch(ctx, VX_SCRATCH_SHARED, M * K + M * j.nb * 4 + 64);
+		if (j.dtype != VX_F16) {
+			int64_t qb = (M * K + 63) & ~(int64_t)63;
+			int8_t *xq = vx_scratch(ctx, VX_SCRATCH_SHARED, qb + M * j.nb * 8);
 			if (!xq)
 				return VX_ERR_NOMEM;
-			float *xd = (float *)(xq + ((M * K + 63) & ~(int64_t)63));
+			float *xd = (float *)(xq + qb);
+			int32_t *xs = (int32_t *)(xd + M * j.nb);
 			for (int64_t m = 0; m < M; m++)
-				quant_row(j.x + m * K, K, xq + m * K, xd + m * j.nb);
+				quant_row(j.x + m * K, K, xq + m * K, xd + m * j.nb, xs + m * j.nb);
 			j.xq = xq;
 			j.xd = xd;
+			j.xs = xs;
+		}
+		if (r8) { /* whole 8-row groups per task */
+			int64_t groups = cdiv(N, 8);
+			int64_t tasks = work < 65536.0 || nt == 1 ? 1 : (groups < 4 * nt ? groups : 4 * nt);
+			j.chunk = cdiv(groups, tasks) * 8;
+			tasks = cdiv(N, j.chunk);
+			if (tasks == 1)
+				small_task_r8(&j, 0);
+			else
+				vx_parallel_for(ctx, tasks, small_task_r8, &j);
+			return VX_OK;
 		}
 		int64_t groups = cdiv(N, ROWS);
 		int64_t tasks = work < 65536.0 || nt == 1 ? 1 : (groups < 4 * nt ? groups : 4 * nt);
@@ -457,7 +639,7 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	}
 	/* Panels of ~1 MiB of f32 (256 rows at K=1024), at least two per thread. */
 	int64_t pr = (1 << 18) / K;
-	pr = pr < 16 ? 16 : pr > 256 ? 256 : pr;
+	pr = pr < 16 ? 16 : pr > 256 ? 256 : pr / 16 * 16; /* multiples of 16 keep R8 groups whole */
 	int64_t fair = cdiv(cdiv(N, 2 * nt), 16) * 16;
 	j.chunk = pr < fair ? pr : fair;
 	j.npanel = cdiv(N, j.chunk);

@@ -25,7 +25,7 @@ func simdLevels() []struct {
 
 // encode turns W [n, k] into the bytes of dtype d and returns them with the dequantised
 // values (the reference the kernels must match).
-func encode(t testing.TB, w []float32, d DType) ([]byte, []float32) {
+func encode(t testing.TB, w []float32, k int, d DType) ([]byte, []float32) {
 	t.Helper()
 	var raw []byte
 	var gt gguf.DType
@@ -36,6 +36,9 @@ func encode(t testing.TB, w []float32, d DType) ([]byte, []float32) {
 		gt = gguf.Q8_0
 	case F16:
 		raw, gt = gguf.EncodeF16(w), gguf.F16
+	case Q8_0R8:
+		raw, err = gguf.QuantizeQ8_0(w)
+		gt = gguf.Q8_0
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +46,14 @@ func encode(t testing.TB, w []float32, d DType) ([]byte, []float32) {
 	deq := make([]float32, len(w))
 	if err := gguf.Dequantize(deq, raw, gt); err != nil {
 		t.Fatal(err)
+	}
+	if d == Q8_0R8 {
+		n := int64(len(w) / k)
+		r8 := make([]byte, WeightBytes(Q8_0R8, n, int64(k)))
+		if err := RepackQ8_0R8(r8, raw, n, int64(k)); err != nil {
+			t.Fatal(err)
+		}
+		raw = r8
 	}
 	return raw, deq
 }
@@ -81,7 +92,7 @@ func TestLinearQ(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 1))
 	defer LimitCPUFeatures(Init())
 	worst := map[string]float64{}
-	for _, d := range []DType{Q8_0, F16} {
+	for _, d := range []DType{Q8_0, F16, Q8_0R8} {
 		cases := shapes
 		if d == F16 {
 			cases = append(append([]struct{ m, n, k int }{}, shapes...), f16Only...)
@@ -99,7 +110,7 @@ func TestLinearQ(t *testing.T) {
 			for i := range x {
 				x[i] = float32(rng.NormFloat64())
 			}
-			raw, deq := encode(t, w, d)
+			raw, deq := encode(t, w, c.k, d)
 			withBias := ci%2 == 0
 			var bias []float32
 			if withBias {
@@ -121,7 +132,7 @@ func TestLinearQ(t *testing.T) {
 						s += float64(xr[l]) * float64(wr[l])
 						a += math.Abs(float64(xr[l]) * float64(wr[l]))
 					}
-					if d == Q8_0 && c.m <= 8 {
+					if d != F16 && c.m <= 8 {
 						for b := 0; b < c.k; b += 32 {
 							var amax, sw float64
 							for l := b; l < b+32; l++ {
@@ -159,7 +170,7 @@ func TestLinearQ(t *testing.T) {
 			for _, lv := range simdLevels() {
 				LimitCPUFeatures(lv.mask)
 				for _, th := range []int{1, 2} {
-					name := fmt.Sprintf("%s/%dx%dx%d/%s/%dthr", map[DType]string{Q8_0: "q8_0", F16: "f16"}[d], c.m, c.n, c.k, lv.name, th)
+					name := fmt.Sprintf("%s/%dx%dx%d/%s/%dthr", map[DType]string{Q8_0: "q8_0", F16: "f16", Q8_0R8: "q8_0r8"}[d], c.m, c.n, c.k, lv.name, th)
 					ctx, err := NewContext(th)
 					if err != nil {
 						t.Fatal(err)
@@ -177,7 +188,7 @@ func TestLinearQ(t *testing.T) {
 						if !(e <= bound[i]) {
 							t.Fatalf("%s: y[%d,%d] = %g, want %g ± %g", name, i/c.n, i%c.n, v, ref[i], bound[i])
 						}
-						key := fmt.Sprintf("%s M=%d", map[DType]string{Q8_0: "q8_0", F16: "f16"}[d], min(c.m, 9))
+						key := fmt.Sprintf("%s M=%d", map[DType]string{Q8_0: "q8_0", F16: "f16", Q8_0R8: "q8_0r8"}[d], min(c.m, 9))
 						worst[key] = max(worst[key], e/max(mag[i], 1e-6))
 					}
 				}
@@ -245,7 +256,7 @@ func TestGatherRowsQuant(t *testing.T) {
 	idx := []int32{4, 0, 10, 4}
 	defer LimitCPUFeatures(Init())
 	for _, d := range []DType{Q8_0, F16} {
-		raw, deq := encode(t, w, d)
+		raw, deq := encode(t, w, k, d)
 		wb, ib, yb := cBytes(t, raw), cBytes(t, unsafe.Slice((*byte)(unsafe.Pointer(&idx[0])), 4*len(idx))), cFloats(t, make([]float32, len(idx)*k))
 		p, err := NewPlan([]Node{{Op: OpGatherRows, Src: []int{1, 2}, Dst: 0}}, []Tensor{
 			{Data: yb.Ptr(), DType: F32, Shape: []int64{int64(len(idx)), k}, Stride: []int64{k, 1}},

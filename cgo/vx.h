@@ -15,7 +15,11 @@
  * VX_OP_LINEAR_Q and VX_OP_GATHER_ROWS: Q8_0 rows are blocks of 32 values (34 bytes: a
  * binary16 scale d, then 32 int8 q; value = q*d); F16 is IEEE binary16. Strides are ignored
  * for them (always row-major). */
-typedef enum { VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3 } vx_dtype;
+/* VX_Q8_0_R8 is Q8_0 repacked for the decode kernel (vx_repack_q8_0_r8): rows in groups of 8
+ * (the last group zero-padded), each group a run of per-block records of 272 bytes: the 8 rows'
+ * f16 scales, then for k-chunk c = 0..3 the 8 rows' quants k = 8c..8c+7 (8 bytes each), stored
+ * as q+128 (unsigned). Same bytes per weight as Q8_0; one vector load feeds 8 rows. */
+typedef enum { VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3, VX_Q8_0_R8 = 4 } vx_dtype;
 
 typedef struct {
 	void *data;                      /* first element (already offset for views) */
@@ -76,7 +80,7 @@ typedef enum {
 	VX_OP_SCATTER_ROWS, /* dst table [L, N, D] (written in place, usually a persistent cache),
 	                      src0 rows [L, M, D], src1 idx [M] i32: table[l, idx[i], :] = rows[l, i, :]
 	                      (L may be absent: [N, D] and [M, D]); indices bounds-checked */
-	VX_OP_LINEAR_Q,    /* src0 x [.., K] f32 contiguous, src1 W [N, K] q8_0 or f16, src2 bias [N]
+	VX_OP_LINEAR_Q,    /* src0 x [.., K] f32 contiguous, src1 W [N, K] q8_0, q8_0_r8 or f16, src2 bias [N]
 	                      f32 optional; dst [.., N] = x W^T + bias (k_quant.c) */
 	VX_OP_COUNT
 } vx_op;
@@ -163,6 +167,10 @@ int vx_k_attention(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_linear_q(vx_ctx *, const vx_node *, const vx_tensor *);
 /* Row bytes of a q8_0/f16 row of k values (0 if k does not fit the type's blocks). */
 int64_t vx_qrow_bytes(int dtype, int64_t k);
+/* Bytes of an [n, k] weight of a q8_0/f16/q8_0_r8 dtype (0 if k does not fit its blocks). */
+int64_t vx_qbytes(int dtype, int64_t n, int64_t k);
+/* Repacks [n, k] GGUF Q8_0 blocks (src) into the VX_Q8_0_R8 layout (dst, vx_qbytes bytes). */
+void vx_repack_q8_0_r8(const void *src, void *dst, int64_t n, int64_t k);
 /* Dequantises one row of k values of a q8_0/f16 table into dst. */
 void vx_dequant_row(int dtype, const void *src, float *dst, int64_t k);
 

@@ -49,17 +49,29 @@ func NewBufferFrom(name string, data []float32, shape ...int64) (*Buffer, error)
 }
 
 // NewBufferRaw copies already-encoded data (a GGUF tensor's bytes: Q8_0 blocks, F16 halves,
-// or F32/I32 little-endian values) into a new persistent buffer of that dtype and shape.
+// or F32/I32 little-endian values) into a new persistent buffer of that dtype and shape. For
+// Q8_0R8 (a 2-D weight) raw is GGUF Q8_0 and is repacked into the decode kernel's layout.
 func NewBufferRaw(name string, dtype DType, raw []byte, shape ...int64) (*Buffer, error) {
 	if !validShape(shape) {
 		return nil, fmt.Errorf("engine: buffer %q: invalid shape %v", name, shape)
 	}
-	if want := storageSize(dtype, shape); want < 0 || int64(len(raw)) != want {
-		return nil, fmt.Errorf("engine: buffer %q: %d bytes for %s %v (want %d)", name, len(raw), dtypeName(dtype), shape, want)
+	in := dtype
+	if dtype == Q8_0R8 {
+		in = Q8_0 // given as GGUF Q8_0 blocks, repacked below
+	}
+	if want := storageSize(in, shape); want < 0 || int64(len(raw)) != want {
+		return nil, fmt.Errorf("engine: buffer %q: %d bytes for %s %v (want %d)", name, len(raw), dtypeName(in), shape, want)
 	}
 	b, err := NewBuffer(name, dtype, shape...)
 	if err != nil {
 		return nil, err
+	}
+	if dtype == Q8_0R8 {
+		if err := cgo.RepackQ8_0R8(b.Raw(), raw, shape[0], shape[1]); err != nil {
+			b.Free()
+			return nil, fmt.Errorf("engine: buffer %q: %w", name, err)
+		}
+		return b, nil
 	}
 	copy(b.Raw(), raw)
 	return b, nil
@@ -74,6 +86,15 @@ func storageSize(dtype DType, shape []int64) int64 {
 		}
 		return 4
 	}
+	if dtype == Q8_0R8 {
+		if len(shape) != 2 {
+			return -1
+		}
+		if n := cgo.WeightBytes(dtype, shape[0], shape[1]); n > 0 {
+			return n
+		}
+		return -1
+	}
 	row := cgo.RowBytes(dtype, shape[len(shape)-1])
 	if row <= 0 {
 		return -1
@@ -81,10 +102,10 @@ func storageSize(dtype DType, shape []int64) int64 {
 	return numel(shape[:len(shape)-1]) * row
 }
 
-// IsQuantized reports whether dtype is a weight encoding (Q8_0, F16) rather than an element
-// type the ops compute in: such buffers feed only Linear (as the weight) and GatherRows (as
-// the table).
-func IsQuantized(dtype DType) bool { return dtype == Q8_0 || dtype == F16 }
+// IsQuantized reports whether dtype is a weight encoding (Q8_0, Q8_0R8, F16) rather than an
+// element type the ops compute in: such buffers feed only Linear (as the weight) and
+// GatherRows (as the table; not Q8_0R8).
+func IsQuantized(dtype DType) bool { return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 }
 
 func dtypeName(d DType) string {
 	switch d {
@@ -96,6 +117,8 @@ func dtypeName(d DType) string {
 		return "Q8_0"
 	case F16:
 		return "F16"
+	case Q8_0R8:
+		return "Q8_0R8"
 	}
 	return fmt.Sprintf("DType(%d)", int32(d))
 }

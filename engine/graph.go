@@ -23,6 +23,9 @@ const (
 	// them directly and GatherRows dequantises the rows it picks; no other op takes them.
 	Q8_0 = cgo.Q8_0
 	F16  = cgo.F16
+	// Q8_0R8 is Q8_0 with rows interleaved by 8 (built by NewBufferRaw from Q8_0 blocks): the
+	// layout the decode kernel reads fastest, for Linear weights only.
+	Q8_0R8 = cgo.Q8_0R8
 )
 
 type tensorKind int

@@ -25,6 +25,12 @@ func quantBuffers(t *testing.T, w []float32, n, k int64, dtype DType) (q, ref *B
 		gt = gguf.Q8_0
 	case F16:
 		raw, gt = gguf.EncodeF16(w), gguf.F16
+	case Q8_0R8:
+		var err error
+		if raw, err = gguf.QuantizeQ8_0(w); err != nil {
+			t.Fatal(err)
+		}
+		gt = gguf.Q8_0
 	}
 	deq := make([]float32, len(w))
 	if err := gguf.Dequantize(deq, raw, gt); err != nil {
@@ -34,7 +40,7 @@ func quantBuffers(t *testing.T, w []float32, n, k int64, dtype DType) (q, ref *B
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.Bytes() != int64(len(raw)) || q.DType() != dtype {
+	if q.Bytes() != int64(len(raw)) && dtype != Q8_0R8 || q.DType() != dtype {
 		t.Fatalf("buffer: %d bytes dtype %v, want %d", q.Bytes(), q.DType(), len(raw))
 	}
 	ref, err = NewBufferFrom("w.f32", deq, n, k)
@@ -51,7 +57,7 @@ func quantBuffers(t *testing.T, w []float32, n, k int64, dtype DType) (q, ref *B
 // here; the exact bound is checked in cgo's TestLinearQ).
 func TestLinearQuantized(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 2))
-	for _, dtype := range []DType{Q8_0, F16} {
+	for _, dtype := range []DType{Q8_0, F16, Q8_0R8} {
 		for _, c := range []struct {
 			lead []int64
 			n, k int64
@@ -91,7 +97,7 @@ func TestLinearQuantized(t *testing.T) {
 			got := run(t, build(q), false, 2, fill)["y"]
 			want := run(t, build(ref), false, 2, fill)["y"]
 			tol := 3e-5
-			if dtype == Q8_0 && m <= 8 {
+			if dtype != F16 && m <= 8 {
 				tol = 1e-2
 			}
 			worst := 0.0

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
@@ -217,7 +218,13 @@ func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model,
 		var b *engine.Buffer
 		var err error
 		if k, ok := keep.kept[name]; ok {
-			b, err = engine.NewBufferRaw(name, k.dtype, k.raw, shape...)
+			dt := k.dtype
+			if dt == engine.Q8_0 && strings.HasPrefix(name, "model.layers.") {
+				// Layer matrices only feed Linear: interleave their rows for the decode kernel.
+				// The embedding/head stays plain Q8_0 (gathered by rows).
+				dt = engine.Q8_0R8
+			}
+			b, err = engine.NewBufferRaw(name, dt, k.raw, shape...)
 			delete(keep.kept, name)
 		} else {
 			b, err = engine.NewBufferFrom(name, t.Data, shape...)
@@ -423,7 +430,8 @@ func (s *Session) SetOutputRows(rows []int32) error {
 		if len(rows) == 0 {
 			return fmt.Errorf("qwen3: empty output row set")
 		}
-		// The rows are copied as stored, so a quantised head stays quantised.
+		// The rows are copied as stored, so a quantised head stays quantised (Q8_0 rows are
+		// interleaved for the decode kernel).
 		hid := s.m.Config.Hidden
 		dt := s.m.head.DType()
 		rb := int(s.m.head.Bytes()) / s.m.Config.Vocab
@@ -436,6 +444,9 @@ func (s *Session) SetOutputRows(rows []int32) error {
 			copy(data[i*rb:(i+1)*rb], src[int(r)*rb:(int(r)+1)*rb])
 		}
 		var err error
+		if dt == engine.Q8_0 {
+			dt = engine.Q8_0R8
+		}
 		if head, err = engine.NewBufferRaw("lm_head.restricted", dt, data, int64(len(rows)), int64(hid)); err != nil {
 			return err
 		}

@@ -2,9 +2,13 @@ package qwen3
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
@@ -71,7 +75,11 @@ func TestQuantizedGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			if m.embed.DType() != c.edt || m.layers[0].gate.DType() != c.edt || m.norm.DType() != engine.F32 {
+			layerDT := c.edt
+			if c.edt == engine.Q8_0 {
+				layerDT = engine.Q8_0R8
+			}
+			if m.embed.DType() != c.edt || m.layers[0].gate.DType() != layerDT || m.norm.DType() != engine.F32 {
 				t.Fatalf("weights not kept as %s: embed %v gate %v norm %v", c.dt, m.embed.DType(), m.layers[0].gate.DType(), m.norm.DType())
 			}
 			s, err := m.NewSession(len(ids) + len(wantIDs))
@@ -83,6 +91,7 @@ func TestQuantizedGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			first := restricted(logits)
 			var worstRel, worstAbs float64
 			decided, agree := 0, 0
 			var missed []string
@@ -116,6 +125,110 @@ func TestQuantizedGolden(t *testing.T) {
 			if len(missed) > 0 {
 				t.Errorf("greedy token differs where the margin allows: %v", missed)
 			}
+			// The restricted head (rows copied as stored; Q8_0 interleaved) gives the same logits
+			// as the full quantised head up to summation order.
+			if err := s.SetOutputRows(candidateRows()); err != nil {
+				t.Fatal(err)
+			}
+			s.Reset()
+			r, err := s.Prefill(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rel, abs := relErr(r, first); rel > 1e-5 {
+				t.Errorf("restricted %s head: prefill logits differ from the full head's by %.3g (rel %.3g)", c.dt, abs, rel)
+			}
 		})
 	}
+}
+
+// TestRealSizeSpeed times a real-size model the way MioTTS runs it (VOXPIPE_QWEN3_MODEL=path;
+// VOXPIPE_THREADS, default 2): the output head restricted to 12801 rows, prefill of 58
+// tokens (median of 3 after a warm-up), then decode tokens/s as the median over 40 single
+// steps after 8 warm-up steps, and the process's peak RSS. Run it alone with -run and -v;
+// measure RSS from outside too (/usr/bin/time -v on the test binary).
+func TestRealSizeSpeed(t *testing.T) {
+	path := os.Getenv("VOXPIPE_QWEN3_MODEL")
+	if path == "" {
+		t.Skip("set VOXPIPE_QWEN3_MODEL to a MioTTS LM GGUF to time a real-size model")
+	}
+	threads := 2
+	if v := os.Getenv("VOXPIPE_THREADS"); v != "" {
+		if _, err := fmt.Sscan(v, &threads); err != nil {
+			t.Fatal(err)
+		}
+	}
+	be, err := engine.NewCPU(threads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	start := time.Now()
+	m, err := Load(path, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	t.Logf("loaded in %v: embed %s, layer matrices %s, %d threads", time.Since(start), dtypeName(m.embed.DType()), dtypeName(m.layers[0].q.DType()), threads)
+	const prompt, warm, steps = 58, 8, 40
+	s, err := m.NewSession(prompt + warm + steps + 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rows := make([]int32, 12801)
+	for i := range rows {
+		rows[i] = int32(759 + i)
+	}
+	rows[12800] = 758
+	if err := s.SetOutputRows(rows); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int32, prompt)
+	for i := range ids {
+		ids[i] = int32(100 + 37*i)
+	}
+	var pre []time.Duration
+	var logits []float32
+	for i := range 4 { // the first compiles
+		s.Reset()
+		start = time.Now()
+		if logits, err = s.Prefill(ids); err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			pre = append(pre, time.Since(start))
+		}
+	}
+	var dec []time.Duration
+	for i := range warm + steps {
+		id := rows[argmax(logits)]
+		start = time.Now()
+		if logits, err = s.Step(id); err != nil {
+			t.Fatal(err)
+		}
+		if i >= warm {
+			dec = append(dec, time.Since(start))
+		}
+	}
+	med := func(d []time.Duration) time.Duration {
+		d = append([]time.Duration(nil), d...)
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[len(d)/2]
+	}
+	t.Logf("prefill %d tokens: median %.1f ms (%v)", prompt, float64(med(pre).Microseconds())/1000, pre)
+	t.Logf("decode: median step %.2f ms = %.1f tokens/s (min %.2f ms, max %.2f ms over %d steps)",
+		float64(med(dec).Microseconds())/1000, 1/med(dec).Seconds(), float64(slices.Min(dec).Microseconds())/1000,
+		float64(slices.Max(dec).Microseconds())/1000, len(dec))
+	if st, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, l := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(l, "VmHWM") || strings.HasPrefix(l, "VmRSS") {
+				t.Log(strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+}
+
+func dtypeName(d engine.DType) string {
+	return map[engine.DType]string{engine.F32: "F32", engine.I32: "I32", engine.Q8_0: "Q8_0", engine.F16: "F16", engine.Q8_0R8: "Q8_0R8"}[d]
 }
