@@ -242,6 +242,23 @@ static void dot_r8_portable(const uint8_t *grp, const int8_t *xq, const float *x
 }
 
 #ifdef VX_QX86
+/* dequant_r8 for AVX-512: a row's 32 values of a block are its four 8-byte chunks. */
+static QVNNI_FN void dequant_r8_avx512(const uint8_t *grp, int64_t nb, int nr, float *dst, int64_t k) {
+	const __m128i flip = _mm_set1_epi8((char)0x80);
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		for (int r = 0; r < nr; r++) {
+			__m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)rd16(rec + 2 * r)));
+			const uint8_t *q = rec + 16 + r * 8;
+			__m128i a = _mm_xor_si128(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)q), _mm_loadl_epi64((const __m128i *)(q + 64))), flip);
+			__m128i c = _mm_xor_si128(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(q + 128)), _mm_loadl_epi64((const __m128i *)(q + 192))), flip);
+			float *o = dst + r * k + b * QK;
+			_mm512_storeu_ps(o, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a)), d));
+			_mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c)), d));
+		}
+	}
+}
+
 static inline int64_t ld64(const void *p) {
 	int64_t v;
 	memcpy(&v, p, 8);
@@ -249,28 +266,45 @@ static inline int64_t ld64(const void *p) {
 }
 
 /* 512-bit lanes 2r and 2r+1 belong to row r: one dpbusd multiplies 8 rows by 8 x values. The
- * unsigned operand is the stored q+128, so each block starts its sum at -128*sum(x). */
-static QVNNI_FN void dot_r8_vnni(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,
-                                 int64_t nb, float *out) {
-	__m512 acc = _mm512_setzero_ps();
+ * unsigned operand is the stored q+128, so each block starts its sum at -128*sum(x). mr x rows
+ * (row stride k) share each load of the group's weights: prefill runs 4 at a time. */
+static QVNNI_FN QINLINE void dot_r8_vnni_m(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,
+                                            int64_t nb, int64_t k, const int mr, float *out, int64_t ostride) {
+	__m512 acc[4];
+	for (int m = 0; m < mr; m++)
+		acc[m] = _mm512_setzero_ps();
 	for (int64_t b = 0; b < nb; b++) {
 		const uint8_t *rec = grp + b * RB;
-		const int8_t *xb = xq + b * QK;
-		__m512i s0 = _mm512_maskz_set1_epi32(0x5555, -128 * xs[b]);
-		__m512i s1 = _mm512_setzero_si512();
-		s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512(rec + 16), _mm512_set1_epi64(ld64(xb)));
-		s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512(rec + 80), _mm512_set1_epi64(ld64(xb + 8)));
-		s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512(rec + 144), _mm512_set1_epi64(ld64(xb + 16)));
-		s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512(rec + 208), _mm512_set1_epi64(ld64(xb + 24)));
+		__m512i w0 = _mm512_loadu_si512(rec + 16), w1 = _mm512_loadu_si512(rec + 80);
+		__m512i w2 = _mm512_loadu_si512(rec + 144), w3 = _mm512_loadu_si512(rec + 208);
 		__m128i h = _mm_loadu_si128((const __m128i *)rec);
-		__m256i hh = _mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h));
-		__m512 sc = _mm512_mul_ps(_mm512_cvtph_ps(hh), _mm512_set1_ps(xd[b]));
-		acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, acc);
+		__m512 sw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h)));
+		for (int m = 0; m < mr; m++) {
+			const int8_t *xb = xq + m * k + b * QK;
+			__m512i s0 = _mm512_maskz_set1_epi32(0x5555, -128 * xs[m * nb + b]);
+			__m512i s1 = _mm512_setzero_si512();
+			s0 = _mm512_dpbusd_epi32(s0, w0, _mm512_set1_epi64(ld64(xb)));
+			s1 = _mm512_dpbusd_epi32(s1, w1, _mm512_set1_epi64(ld64(xb + 8)));
+			s0 = _mm512_dpbusd_epi32(s0, w2, _mm512_set1_epi64(ld64(xb + 16)));
+			s1 = _mm512_dpbusd_epi32(s1, w3, _mm512_set1_epi64(ld64(xb + 24)));
+			__m512 sc = _mm512_mul_ps(sw, _mm512_set1_ps(xd[m * nb + b]));
+			acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, acc[m]);
+		}
 	}
-	float t[16];
-	_mm512_storeu_ps(t, acc);
-	for (int r = 0; r < 8; r++)
-		out[r] = t[2 * r] + t[2 * r + 1];
+	for (int m = 0; m < mr; m++) {
+		float t[16];
+		_mm512_storeu_ps(t, acc[m]);
+		for (int r = 0; r < 8; r++)
+			out[m * ostride + r] = t[2 * r] + t[2 * r + 1];
+	}
+}
+static QVNNI_FN void dot_r8_vnni(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,
+                                 int64_t nb, float *out) {
+	dot_r8_vnni_m(grp, xq, xd, xs, nb, nb * QK, 1, out, 8);
+}
+static QVNNI_FN void dot_r8_vnni4(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,
+                                  int64_t nb, float *out) {
+	dot_r8_vnni_m(grp, xq, xd, xs, nb, nb * QK, 4, out, 8);
 }
 
 /* AVX2: rows 0-3 in one register, 4-7 in another; the quants are flipped back to signed and
@@ -531,24 +565,30 @@ static void small_task_r8(void *p, int64_t i) {
 	int64_t g0 = i * j->chunk / 8, g1 = (i + 1) * j->chunk / 8, ng = (j->N + 7) / 8;
 	if (g1 > ng)
 		g1 = ng;
-	float out[8];
+	float out[4 * 8];
 	for (int64_t g = g0; g < g1; g++) {
 		const uint8_t *grp = j->w + g * j->nb * RB;
 		int nr = (int)(j->N - g * 8 < 8 ? j->N - g * 8 : 8);
-		for (int64_t m = 0; m < j->M; m++) {
+		for (int64_t m = 0; m < j->M;) {
 			const int8_t *xq = j->xq + m * j->nb * QK;
 			const float *xd = j->xd + m * j->nb;
+			int mr = 1;
 #ifdef VX_QX86
-			if (j->lv == LV_VNNI)
+			if (j->lv == LV_VNNI && j->M - m >= 4) {
+				dot_r8_vnni4(grp, xq, xd, j->xs + m * j->nb, j->nb, out);
+				mr = 4;
+			} else if (j->lv == LV_VNNI)
 				dot_r8_vnni(grp, xq, xd, j->xs + m * j->nb, j->nb, out);
 			else if (j->lv == LV_AVX2)
 				dot_r8_avx2(grp, xq, xd, j->nb, out);
 			else
 #endif
 				dot_r8_portable(grp, xq, xd, j->nb, out);
-			float *y = j->y + m * j->N + g * 8;
-			for (int q = 0; q < nr; q++)
-				y[q] = out[q] + (j->bias ? j->bias[g * 8 + q] : 0.0f);
+			for (int i = 0; i < mr; i++, m++) {
+				float *y = j->y + m * j->N + g * 8;
+				for (int q = 0; q < nr; q++)
+					y[q] = out[i * 8 + q] + (j->bias ? j->bias[g * 8 + q] : 0.0f);
+			}
 		}
 	}
 }
@@ -562,8 +602,17 @@ static void panel_task(void *p, int64_t i) {
 		return;
 	float *panel = vx_scratch(j->ctx, vx_thread_id(), nr * j->K * 4); /* grown before the loop */
 	if (j->dtype == VX_Q8_0_R8) { /* n0 is a multiple of 8: whole groups but maybe the last */
-		for (int64_t r = 0; r < nr; r += 8)
-			dequant_r8(j->w + (n0 + r) / 8 * j->nb * RB, j->nb, 0, (int)(nr - r < 8 ? nr - r : 8), panel + r * j->K, j->K);
+		for (int64_t r = 0; r < nr; r += 8) {
+			const uint8_t *grp = j->w + (n0 + r) / 8 * j->nb * RB;
+			int gr = (int)(nr - r < 8 ? nr - r : 8);
+#ifdef VX_QX86
+			if (j->lv == LV_VNNI) {
+				dequant_r8_avx512(grp, j->nb, gr, panel + r * j->K, j->K);
+				continue;
+			}
+#endif
+			dequant_r8(grp, j->nb, 0, gr, panel + r * j->K, j->K);
+		}
 	} else {
 		for (int64_t r = 0; r < nr; r++)
 			dequant_lv(j->lv, j->dtype, j->w + (n0 + r) * j->rb, panel + r * j->K, j->K);
@@ -602,7 +651,9 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	lq_job j = {.dtype = w->dtype, .lv = level(), .M = M, .N = N, .K = K, .rb = rb, .nb = K / QK,
 	            .w = w->data, .x = x->data, .bias = b ? b->data : NULL, .y = y->data, .ctx = ctx};
 	double work = (double)M * (double)N * (double)K;
-	if (M <= SMALL_M) {
+	/* Q8_0R8 on VNNI: the int8 kernel for prefill too (4 dpbusd per 256 MACs outrun sgemm on
+	 * widened panels about 2x). */
+	if (M <= SMALL_M || (r8 && j.lv == LV_VNNI)) {
 		if (j.dtype != VX_F16) {
 			int64_t qb = (M * K + 63) & ~(int64_t)63;
 			int8_t *xq = vx_scratch(ctx, VX_SCRATCH_SHARED, qb + M * j.nb * 8);

@@ -132,7 +132,7 @@ func TestLinearQ(t *testing.T) {
 						s += float64(xr[l]) * float64(wr[l])
 						a += math.Abs(float64(xr[l]) * float64(wr[l]))
 					}
-					if d != F16 && c.m <= 8 {
+					if d == Q8_0R8 || d == Q8_0 && c.m <= 8 { // int8 x: decode, and Q8_0R8 prefill on VNNI
 						for b := 0; b < c.k; b += 32 {
 							var amax, sw float64
 							for l := b; l < b+32; l++ {
