@@ -194,9 +194,13 @@ func runBenchGemv(args []string, stdout, stderr io.Writer) error {
 	threads := fs.Int("threads", 2, "engine threads")
 	k := fs.Int("k", 1024, "input features (a multiple of 32)")
 	n := fs.Int("n", 3072, "output features")
+	per := fs.Int("weights", 16, "distinct weights per program (enough to overflow the caches: a model streams them from DRAM)")
 	asJSON := fs.Bool("json", false, "print one JSON object per dtype")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	if *per < 1 || *per > 256 {
+		return errors.New("--weights must be in [1, 256]")
 	}
 	if *k <= 0 || *k%32 != 0 || *n <= 0 || int64(*k)*int64(*n) > 1<<28 {
 		return errors.New("--k must be a positive multiple of 32 and k·n at most 2^28")
@@ -210,9 +214,8 @@ func runBenchGemv(args []string, stdout, stderr io.Writer) error {
 	for i := range w {
 		w[i] = float32(i%13-6) * 0.01
 	}
-	// 16 Linears over 16 different weights per program, so the weights come from memory as in
-	// a model rather than from cache.
-	const per = 16
+	// Linears over distinct weights in one program, so the weights come from memory as in a
+	// model rather than from cache.
 	for _, dt := range []struct {
 		name string
 		gt   gguf.DType
@@ -235,7 +238,7 @@ func runBenchGemv(args []string, stdout, stderr io.Writer) error {
 		g := engine.NewGraph("gemv")
 		x := g.Input("x", engine.F32, 1, int64(*k))
 		var bufs []*engine.Buffer
-		for i := range per {
+		for i := range *per {
 			b, err := engine.NewBufferRaw(fmt.Sprint("w", i), dt.et, raw, int64(*n), int64(*k))
 			if err != nil {
 				return err
@@ -255,7 +258,7 @@ func runBenchGemv(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		us := float64(perRun.Nanoseconds()) / per / 1e3
+		us := float64(perRun.Nanoseconds()) / float64(*per) / 1e3
 		gbs := float64(len(raw)) / (us * 1e3)
 		if *asJSON {
 			if err := json.NewEncoder(stdout).Encode(map[string]any{"bench": "gemv", "dtype": dt.name, "m": 1, "k": *k, "n": *n,
@@ -264,7 +267,7 @@ func runBenchGemv(args []string, stdout, stderr io.Writer) error {
 			}
 			continue
 		}
-		fmt.Fprintf(stdout, "gemv 1×%d×%d %-6s: %7.1f µs per Linear, %5.1f GB/s of weights (median of 31 runs of %d)\n", *k, *n, dt.name, us, gbs, per)
+		fmt.Fprintf(stdout, "gemv 1×%d×%d %-6s: %7.1f µs per Linear, %5.1f GB/s of weights (median of 31 runs of %d)\n", *k, *n, dt.name, us, gbs, *per)
 	}
 	return nil
 }

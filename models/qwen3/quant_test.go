@@ -170,7 +170,13 @@ func TestRealSizeSpeed(t *testing.T) {
 	}
 	defer m.Close()
 	t.Logf("loaded in %v: embed %s, layer matrices %s, %d threads", time.Since(start), dtypeName(m.embed.DType()), dtypeName(m.layers[0].q.DType()), threads)
-	const prompt, warm, steps = 58, 8, 40
+	const prompt, warm = 58, 8
+	steps := 40
+	if v := os.Getenv("VOXPIPE_DECODE_STEPS"); v != "" {
+		if _, err := fmt.Sscan(v, &steps); err != nil || steps < 32 {
+			t.Fatalf("VOXPIPE_DECODE_STEPS=%q: want a number ≥ 32", v)
+		}
+	}
 	s, err := m.NewSession(prompt + warm + steps + 8)
 	if err != nil {
 		t.Fatal(err)
