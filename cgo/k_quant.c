@@ -20,7 +20,7 @@
 #include <cblas.h>
 #include "kern.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(VX_NO_SIMD) /* VX_NO_SIMD: check the portable-only build */
 #define VX_QX86 1
 #include <immintrin.h>
 #define QAVX2_FN __attribute__((target("avx2,fma,f16c")))
@@ -312,14 +312,18 @@ static QVNNI_FN QINLINE void dot_r8_vnni_m(const uint8_t *grp, const int8_t *xq,
 			s0 = _mm512_dpbusd_epi32(s0, w2, _mm512_set1_epi64(ld64(xb + 16)));
 			s1 = _mm512_dpbusd_epi32(s1, w3, _mm512_set1_epi64(ld64(xb + 24)));
 			__m512 sc = _mm512_mul_ps(sw, _mm512_set1_ps(xd[m * nb + b]));
-			acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), sc, acc[m]);
+			/* Pair the row's two lanes in integers: the -128*sum(x) offset sits in one of them,
+			 * and scaling them apart would round away the small difference. */
+			__m512i si = _mm512_add_epi32(s0, s1);
+			si = _mm512_add_epi32(si, _mm512_shuffle_epi32(si, _MM_PERM_CDAB));
+			acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), sc, acc[m]);
 		}
 	}
 	for (int m = 0; m < mr; m++) {
 		float t[16];
 		_mm512_storeu_ps(t, acc[m]);
 		for (int r = 0; r < 8; r++)
-			out[m * ostride + r] = t[2 * r] + t[2 * r + 1];
+			out[m * ostride + r] = t[2 * r];
 	}
 }
 static QVNNI_FN void dot_r8_vnni(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"testing"
 	"unsafe"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/internal/golden"
 )
 
 // simdLevels are the feature masks the quantised kernels are tested under: portable, AVX2
@@ -285,5 +287,121 @@ func TestGatherRowsQuant(t *testing.T) {
 		wb.Free()
 		ib.Free()
 		yb.Free()
+	}
+}
+
+// TestGoldenQuantKernels runs ggml's golden Q8_0 and F16 files through the engine's own
+// dequantisers: GatherRows of every row, and Linear with an identity x (M = K > 8: the
+// panel path, whose products with 1 and 0 are exact), both must reproduce ggml's dequantised
+// values bit for bit. Q8_0R8 takes the same path except on VNNI, where x is quantised
+// (1 → 127·(1/127)) and agreement is to 1e-6 relative.
+func TestGoldenQuantKernels(t *testing.T) {
+	dir := golden.Root()
+	if dir == "" {
+		t.Skip("golden data not available; set VOXPIPE_GOLDEN_DIR")
+	}
+	open := func(name string) *gguf.File {
+		f, err := gguf.Open(filepath.Join(dir, "quant", name))
+		if err != nil {
+			t.Skipf("golden data not available (%v); set VOXPIPE_GOLDEN_DIR", err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	want := open("expected_dequant_f32.gguf")
+	defer LimitCPUFeatures(Init())
+	for _, c := range []struct {
+		file, suffix string
+		d            DType
+	}{{"q8_0.gguf", "q8_0", Q8_0}, {"f16.gguf", "f16", F16}, {"q8_0.gguf", "q8_0", Q8_0R8}} {
+		f := open(c.file)
+		for _, name := range []string{"mat_a", "mat_b"} {
+			raw, info, err := f.TensorData(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exp, _, err := want.Float32(name + "." + c.suffix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shape := info.Shape() // [rows, cols]
+			n, k := int64(shape[0]), int64(shape[1])
+			wraw := raw
+			if c.d == Q8_0R8 {
+				wraw = make([]byte, WeightBytes(Q8_0R8, n, k))
+				if err := RepackQ8_0R8(wraw, raw, n, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wb := cBytes(t, wraw)
+			eye := make([]float32, k*k)
+			for i := range k {
+				eye[i*k+i] = 1
+			}
+			xb, yb := cFloats(t, eye), cFloats(t, make([]float32, k*n))
+			idx := make([]int32, n)
+			for i := range idx {
+				idx[i] = int32(i)
+			}
+			ib, gb := cBytes(t, unsafe.Slice((*byte)(unsafe.Pointer(&idx[0])), 4*len(idx))), cFloats(t, make([]float32, n*k))
+			lin, err := NewPlan([]Node{{Op: OpLinearQ, Src: []int{1, 2}, Dst: 0}}, []Tensor{
+				{Data: yb.Ptr(), DType: F32, Shape: []int64{k, n}, Stride: []int64{n, 1}},
+				{Data: xb.Ptr(), DType: F32, Shape: []int64{k, k}, Stride: []int64{k, 1}},
+				{Data: wb.Ptr(), DType: c.d, Shape: []int64{n, k}, Stride: []int64{k, 1}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var gat *Plan
+			if c.d != Q8_0R8 {
+				if gat, err = NewPlan([]Node{{Op: OpGatherRows, Src: []int{1, 2}, Dst: 0}}, []Tensor{
+					{Data: gb.Ptr(), DType: F32, Shape: []int64{n, k}, Stride: []int64{k, 1}},
+					{Data: wb.Ptr(), DType: c.d, Shape: []int64{n, k}, Stride: []int64{k, 1}},
+					{Data: ib.Ptr(), DType: I32, Shape: []int64{n}, Stride: []int64{1}},
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, _ := NewContext(2)
+			for _, lv := range simdLevels() {
+				LimitCPUFeatures(lv.mask)
+				what := fmt.Sprintf("%s %s/%s", c.file, name, lv.name)
+				if c.d == Q8_0R8 {
+					what = fmt.Sprintf("q8_0r8 %s/%s", name, lv.name)
+				}
+				if err := ctx.Execute(lin); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				y := yb.Float32s() // y[m, j] = W[j, m]
+				exact := c.d != Q8_0R8 || LimitCPUFeatures(lv.mask)&CPUAVX512F == 0
+				for j := range n {
+					for m := range k {
+						got, w := y[m*n+j], exp[j*k+m]
+						if got != w && (exact || math.Abs(float64(got-w)) > 1e-6*math.Abs(float64(w))) {
+							t.Fatalf("%s: Linear(I, W)[%d, %d] = %g, ggml dequantises W[%d, %d] to %g", what, m, j, got, j, m, w)
+						}
+					}
+				}
+				if gat == nil {
+					continue
+				}
+				if err := ctx.Execute(gat); err != nil {
+					t.Fatal(err)
+				}
+				for i, v := range gb.Float32s() {
+					if v != exp[i] {
+						t.Fatalf("%s: GatherRows[%d] = %g, ggml %g", what, i, v, exp[i])
+					}
+				}
+			}
+			ctx.Close()
+			lin.Free()
+			if gat != nil {
+				gat.Free()
+			}
+			for _, b := range []*Buffer{wb, xb, yb, ib, gb} {
+				b.Free()
+			}
+		}
 	}
 }
