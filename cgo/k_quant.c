@@ -119,16 +119,21 @@ enum { LV_PORTABLE = 0, LV_AVX2 = 1, LV_VNNI = 2 };
 
 static int level(void) {
 #ifdef VX_QX86
-	static int f16c = -1, vnni = -1;
-	if (f16c < 0) { /* benign race: every thread computes the same values */
+	/* 0 unknown, else 1 | 2 (f16c) | 4 (avx512 bw+vl+vnni); racing threads store the same value */
+	static int feat;
+	int f = __atomic_load_n(&feat, __ATOMIC_RELAXED);
+	if (f == 0) {
 		__builtin_cpu_init();
-		f16c = __builtin_cpu_supports("f16c") != 0;
-		vnni = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-		       __builtin_cpu_supports("avx512vnni");
+		f = 1 | (__builtin_cpu_supports("f16c") ? 2 : 0) |
+		    (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+		             __builtin_cpu_supports("avx512vnni")
+		         ? 4
+		         : 0);
+		__atomic_store_n(&feat, f, __ATOMIC_RELAXED);
 	}
-	if (vx_use_avx512() && f16c && vnni)
+	if (vx_use_avx512() && (f & 6) == 6)
 		return LV_VNNI;
-	if (vx_use_avx2() && f16c)
+	if (vx_use_avx2() && (f & 2))
 		return LV_AVX2;
 #endif
 	return LV_PORTABLE;
