@@ -1,20 +1,22 @@
 /* Linear layers over weights kept in their GGUF encoding (VX_OP_LINEAR_Q): y = x W^T + bias
- * with W [N, K] in Q8_0 or F16. Decoding one token is bound by the weight bytes it reads, so
- * W is never widened to f32 in memory for few rows of x:
- *  - M <= SMALL_M rows of x (decode): Q8_0 quantises each x row once into int8 blocks of 32
- *    with an f32 scale, and each output is a sum over blocks of an int8 dot times both scales
- *    (AVX-512 VNNI dpbusd, or AVX2 maddubs). Measured against widening the W blocks to f32 in
- *    registers, the int8 dot does a quarter of the vector work per weight byte, which matters
- *    once two cores stream the weights from DRAM. F16 rows are widened in registers (vcvtph2ps)
- *    and FMA'd with x. Threads split the rows of W, ROWS at a time (x is loaded once per block
- *    for ROWS weight streams).
- *  - more rows (prefill): each task widens a panel of W rows into its thread's scratch and
- *    multiplies all of x by it with single-threaded OpenBLAS; tasks split the panels (N) and,
- *    when panels are few, the rows of x.
- * Accuracy: the prefill path and F16 are the f32 product of x and the dequantised W up to f32
- * rounding; the Q8_0 decode path adds the activation rounding, at most amax_b/254 per element
- * of block b of x (amax_b its largest magnitude), i.e. |err| <= sum_b amax_b/254 * sum|w| over
- * the block, a relative error around 1e-3 of sum|x||w| on typical rows (tests check the bound). */
+ * with W [N, K] in Q8_0, Q8_0_R8 (Q8_0 with rows interleaved by 8, see vx.h) or F16. Decoding
+ * a token is bound by the weight bytes it reads, so W is never widened to f32 in memory there.
+ *  - Q8_0/Q8_0_R8: each x row is quantised once to int8 blocks of 32 (f32 scale) and every
+ *    output is a sum over blocks of an int8 dot times both scales (as ggml's q8_0 x q8_0).
+ *    Widening W in registers instead costs what the F16 path costs per weight (convert + FMA
+ *    per 16 weights: bench gemv, F16 28 GB/s = 14 G weights/s on this 2-core EPYC), while the
+ *    Q8_0_R8 int8 kernel does 8 rows x 8 values per VNNI dpbusd: 56 GB/s (53 G weights/s).
+ *    Plain Q8_0 rows (one dot per row, AVX2 maddubs or VNNI) reach only 15 GB/s: the per-block
+ *    scale and sign work is not shared, hence the R8 layout for Linear weights.
+ *  - F16 rows are widened in registers (vcvtph2ps) and FMA'd with x, 4 rows per pass.
+ *  - Few x rows (M <= SMALL_M, decode), and any M for Q8_0_R8 on VNNI: threads split the rows
+ *    of W; four x rows share each load of an 8-row group (prefill). Otherwise (F16, plain
+ *    Q8_0, or no VNNI): each task widens a panel of W rows into its scratch and runs
+ *    single-threaded OpenBLAS sgemm on all of x.
+ * Accuracy: the panel path and F16 give the f32 product of x and the dequantised W up to f32
+ * rounding; the int8 paths add x's rounding, at most amax_b/254 per element of block b
+ * (amax_b its largest magnitude): |err| <= sum_b amax_b/254 * sum|w| over the block, about
+ * 1e-3..1e-2 of sum|x||w| per output on random rows (the tests check the bound). */
 #include <math.h>
 #include <string.h>
 #include <cblas.h>
