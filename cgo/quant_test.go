@@ -405,3 +405,54 @@ func TestGoldenQuantKernels(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLinearQ times OpLinearQ on a 2-thread context at the 0.6B LM's FFN shape (K 1024,
+// N 3072) for decode (M 1) and prefill (M 58), 16 nodes per plan, each with its own weight
+// so they stream from memory; GB/s counts the weight bytes.
+func BenchmarkLinearQ(b *testing.B) {
+	Init()
+	rng := rand.New(rand.NewPCG(2, 2))
+	const K, N, nodes = 1024, 3072, 16
+	w := make([]float32, N*K)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64() / 32)
+	}
+	for _, d := range []DType{F16, Q8_0, Q8_0R8} {
+		raw, _ := encode(b, w, K, d)
+		var ws []*Buffer
+		for range nodes {
+			ws = append(ws, cBytes(b, raw))
+		}
+		for _, m := range []int64{1, 58} {
+			name := fmt.Sprintf("%s/%dx%dx%d", map[DType]string{Q8_0: "q8_0", F16: "f16", Q8_0R8: "q8_0r8"}[d], m, K, N)
+			b.Run(name, func(b *testing.B) {
+				x, y := benchBuf(b, rng, m*K), benchBuf(b, rng, m*N)
+				defer x.Free()
+				defer y.Free()
+				ts := []Tensor{tensorOf(x, m, K), tensorOf(y, m, N)}
+				var plan []Node
+				for i, wb := range ws {
+					ts = append(ts, Tensor{Data: wb.Ptr(), DType: d, Shape: []int64{N, K}, Stride: []int64{K, 1}})
+					plan = append(plan, Node{Op: OpLinearQ, Src: []int{0, 2 + i}, Dst: 1})
+				}
+				p, err := NewPlan(plan, ts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Free()
+				ctx := newCtx(b, 2)
+				defer ctx.Close()
+				b.ResetTimer()
+				for range b.N {
+					if err := ctx.Execute(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(len(raw))*nodes*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+		for _, wb := range ws {
+			wb.Free()
+		}
+	}
+}
