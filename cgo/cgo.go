@@ -32,7 +32,44 @@ type DType int32
 const (
 	F32 DType = C.VX_F32
 	I32 DType = C.VX_I32
+	// Q8_0 and F16 are GGUF weight encodings (see vx.h), read only by OpLinearQ and
+	// OpGatherRows.
+	Q8_0 DType = C.VX_Q8_0
+	F16  DType = C.VX_F16
+	// Q8_0R8 is Q8_0 repacked with rows interleaved by 8 (RepackQ8_0R8), the layout the
+	// decode kernel reads fastest; only OpLinearQ takes it.
+	Q8_0R8 DType = C.VX_Q8_0_R8
 )
+
+// WeightBytes is the size of an [n, k] weight of type d (0 when k does not fit d's blocks).
+func WeightBytes(d DType, n, k int64) int64 {
+	switch d {
+	case Q8_0, F16, Q8_0R8:
+		return int64(C.vx_qbytes(C.int(d), C.int64_t(n), C.int64_t(k)))
+	}
+	return n * RowBytes(d, k)
+}
+
+// RepackQ8_0R8 writes [n, k] GGUF Q8_0 blocks (src) in the Q8_0R8 layout to dst, which must
+// hold WeightBytes(Q8_0R8, n, k) bytes.
+func RepackQ8_0R8(dst []byte, src []byte, n, k int64) error {
+	if len(src) == 0 || int64(len(src)) != WeightBytes(Q8_0, n, k) || int64(len(dst)) != WeightBytes(Q8_0R8, n, k) {
+		return fmt.Errorf("cgo: repack Q8_0 [%d, %d]: %d bytes in, %d out", n, k, len(src), len(dst))
+	}
+	C.vx_repack_q8_0_r8(unsafe.Pointer(&src[0]), unsafe.Pointer(&dst[0]), C.int64_t(n), C.int64_t(k))
+	return nil
+}
+
+// RowBytes is the size of one row of k values of type d (0 when k does not fit d's blocks).
+func RowBytes(d DType, k int64) int64 {
+	switch d {
+	case F32, I32:
+		return 4 * k
+	case Q8_0, F16:
+		return int64(C.vx_qrow_bytes(C.int(d), C.int64_t(k)))
+	}
+	return 0
+}
 
 // Op is a kernel (see vx.h for each one's sources and parameters).
 type Op int32
@@ -61,6 +98,7 @@ const (
 	OpRoPE            Op = C.VX_OP_ROPE
 	OpAttention       Op = C.VX_OP_ATTENTION
 	OpScatterRows     Op = C.VX_OP_SCATTER_ROWS
+	OpLinearQ         Op = C.VX_OP_LINEAR_Q
 )
 
 // Unary functions for OpUnary (ip[0]).

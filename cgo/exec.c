@@ -24,6 +24,7 @@ static const vx_kernel_fn kernels[VX_OP_COUNT] = {
 	[VX_OP_CONV_TRANSPOSE1D] = vx_k_conv_transpose1d,
 	[VX_OP_ROPE] = vx_k_rope,
 	[VX_OP_ATTENTION] = vx_k_attention,
+	[VX_OP_LINEAR_Q] = vx_k_linear_q,
 };
 
 int vx_execute(vx_ctx *ctx, const vx_plan *plan, int32_t *failed_node) {

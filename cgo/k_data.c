@@ -232,8 +232,27 @@ static void gather_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 	memcpy(j->y + row * j->D + lo, j->table + (int64_t)j->idx[row] * j->D + lo, (size_t)(hi - lo) * 4);
 }
 
+/* An embedding table kept as Q8_0/F16: the gathered rows come out as f32. */
+static int gather_quant(const vx_tensor *tab, const vx_tensor *ix, const vx_tensor *y) {
+	if (!vx_tensor_ok(ix, VX_I32) || !vx_tensor_ok(y, VX_F32) || tab->ndim != 2 || !tab->data ||
+	    !vx_is_contiguous(ix) || !vx_is_contiguous(y) || y->ndim < 1)
+		return VX_ERR_BAD_SHAPE;
+	int64_t N = tab->shape[0], D = tab->shape[1], M = vx_numel(ix), rb = vx_qrow_bytes(tab->dtype, D);
+	if (rb == 0 || y->shape[y->ndim - 1] != D || vx_numel(y) != M * D)
+		return VX_ERR_BAD_SHAPE;
+	const int32_t *idx = ix->data;
+	for (int64_t i = 0; i < M; i++)
+		if (idx[i] < 0 || idx[i] >= N)
+			return VX_ERR_BAD_SHAPE;
+	for (int64_t i = 0; i < M; i++)
+		vx_dequant_row(tab->dtype, (const char *)tab->data + idx[i] * rb, (float *)y->data + i * D, D);
+	return VX_OK;
+}
+
 int vx_k_gather_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *tab = vx_src(node, t, 0), *ix = vx_src(node, t, 1), *y = &t[node->dst];
+	if (node->n_src == 2 && tab && (tab->dtype == VX_Q8_0 || tab->dtype == VX_F16))
+		return gather_quant(tab, ix, y);
 	if (node->n_src != 2 || !vx_tensor_ok(tab, -1) || !vx_tensor_ok(ix, VX_I32) || !vx_tensor_ok(y, tab ? tab->dtype : -1))
 		return VX_ERR_BAD_SHAPE;
 	if (tab->ndim != 2 || !vx_is_contiguous(tab) || !vx_is_contiguous(ix) || !vx_is_contiguous(y) ||

@@ -11,7 +11,15 @@
 #define VX_MAX_DIMS 5
 #define VX_MAX_SRC 8
 
-typedef enum { VX_F32 = 0, VX_I32 = 1 } vx_dtype;
+/* VX_Q8_0 and VX_F16 are GGUF weight layouts, only for persistent weights read by
+ * VX_OP_LINEAR_Q and VX_OP_GATHER_ROWS: Q8_0 rows are blocks of 32 values (34 bytes: a
+ * binary16 scale d, then 32 int8 q; value = q*d); F16 is IEEE binary16. Strides are ignored
+ * for them (always row-major). */
+/* VX_Q8_0_R8 is Q8_0 repacked for the decode kernel (vx_repack_q8_0_r8): rows in groups of 8
+ * (the last group zero-padded), each group a run of per-block records of 272 bytes: the 8 rows'
+ * f16 scales, then for k-chunk c = 0..3 the 8 rows' quants k = 8c..8c+7 (8 bytes each), stored
+ * as q+128 (unsigned). Same bytes per weight as Q8_0; one vector load feeds 8 rows. */
+typedef enum { VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3, VX_Q8_0_R8 = 4 } vx_dtype;
 
 typedef struct {
 	void *data;                      /* first element (already offset for views) */
@@ -31,7 +39,8 @@ typedef enum {
 	VX_OP_CONCAT,      /* dst = cat(src0..src[n-1]) along ip[0]=axis */
 	VX_OP_PAD,         /* dst = pad src0 on axis ip[0] by ip[1] before, ip[2] after; ip[3] mode
 	                      0 constant fp[0], 1 reflect, 2 replicate */
-	VX_OP_GATHER_ROWS, /* src0 table [N, D] f32, src1 idx [M] i32 -> dst [M, D] */
+	VX_OP_GATHER_ROWS, /* src0 table [N, D] f32 (or q8_0/f16: rows dequantised to f32),
+	                      src1 idx [M] i32 -> dst [M, D] */
 	VX_OP_INTERP_LINEAR, /* src0 [..., T] -> dst [..., T'] linear along last, align_corners=false */
 	/* elementwise */
 	VX_OP_UNARY,       /* dst = f(src0), ip[0] = vx_unary; fp[0], fp[1] params (clamp min/max,
@@ -71,6 +80,8 @@ typedef enum {
 	VX_OP_SCATTER_ROWS, /* dst table [L, N, D] (written in place, usually a persistent cache),
 	                      src0 rows [L, M, D], src1 idx [M] i32: table[l, idx[i], :] = rows[l, i, :]
 	                      (L may be absent: [N, D] and [M, D]); indices bounds-checked */
+	VX_OP_LINEAR_Q,    /* src0 x [.., K] f32 contiguous, src1 W [N, K] q8_0, q8_0_r8 or f16, src2 bias [N]
+	                      f32 optional; dst [.., N] = x W^T + bias (k_quant.c) */
 	VX_OP_COUNT
 } vx_op;
 
@@ -153,6 +164,15 @@ int vx_k_conv2d(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_conv_transpose1d(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_rope(vx_ctx *, const vx_node *, const vx_tensor *);
 int vx_k_attention(vx_ctx *, const vx_node *, const vx_tensor *);
+int vx_k_linear_q(vx_ctx *, const vx_node *, const vx_tensor *);
+/* Row bytes of a q8_0/f16 row of k values (0 if k does not fit the type's blocks). */
+int64_t vx_qrow_bytes(int dtype, int64_t k);
+/* Bytes of an [n, k] weight of a q8_0/f16/q8_0_r8 dtype (0 if k does not fit its blocks). */
+int64_t vx_qbytes(int dtype, int64_t n, int64_t k);
+/* Repacks [n, k] GGUF Q8_0 blocks (src) into the VX_Q8_0_R8 layout (dst, vx_qbytes bytes). */
+void vx_repack_q8_0_r8(const void *src, void *dst, int64_t n, int64_t k);
+/* Dequantises one row of k values of a q8_0/f16 table into dst. */
+void vx_dequant_row(int dtype, const void *src, float *dst, int64_t k);
 
 /* Shared helpers (vx_util.c). */
 int64_t vx_numel(const vx_tensor *t);

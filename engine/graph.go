@@ -19,6 +19,13 @@ type DType = cgo.DType
 const (
 	F32 = cgo.F32
 	I32 = cgo.I32
+	// Q8_0 and F16 are weight encodings for persistent buffers (GGUF layouts): Linear reads
+	// them directly and GatherRows dequantises the rows it picks; no other op takes them.
+	Q8_0 = cgo.Q8_0
+	F16  = cgo.F16
+	// Q8_0R8 is Q8_0 with rows interleaved by 8 (built by NewBufferRaw from Q8_0 blocks): the
+	// layout the decode kernel reads fastest, for Linear weights only.
+	Q8_0R8 = cgo.Q8_0R8
 )
 
 type tensorKind int
@@ -94,6 +101,13 @@ func (g *Graph) fail(op string, why string, ts ...Tensor) Tensor {
 		if g.label != "" {
 			where += ": " + g.label
 		}
+		for _, t := range ts {
+			// Whatever check tripped, a quantised operand is the likely cause: say so.
+			if ti := t.info(); IsQuantized(ti.dtype) && !strings.Contains(why, "quantised weight") {
+				why += "; " + quantMisuse(ti)
+				break
+			}
+		}
 		g.err = fmt.Errorf("engine: %s: %s(%s): %s", where, op, strings.Join(shapes, ", "), why)
 	}
 	return g.dummy()
@@ -119,6 +133,9 @@ func (g *Graph) newTensor(ti tensorInfo) Tensor {
 // view makes a tensor that reads t's storage with another shape, strides and offset.
 func (g *Graph) view(t Tensor, shape, stride []int64, offset int64) Tensor {
 	ti := t.info()
+	if IsQuantized(ti.dtype) {
+		return g.fail("View", quantMisuse(ti), t)
+	}
 	return g.newTensor(tensorInfo{shape: shape, stride: stride, dtype: ti.dtype, kind: ti.kind,
 		base: ti.base, offset: ti.offset + offset, view: true, persist: ti.persist, name: ti.name})
 }
@@ -210,6 +227,11 @@ func (g *Graph) Output(name string, t Tensor) {
 
 // addNode appends a node producing a new contiguous tensor of the given shape.
 func (g *Graph) addNode(op cgo.Op, shape []int64, dtype DType, src []Tensor, ip [8]int64, fp [4]float32) Tensor {
+	for i, s := range src {
+		if IsQuantized(s.DType()) && !(op == cgo.OpLinearQ && i == 1) && !(op == cgo.OpGatherRows && i == 0) {
+			return g.fail(opName(op), quantMisuse(s.info()), src...)
+		}
+	}
 	out := g.newTensor(tensorInfo{shape: shape, dtype: dtype})
 	ids := make([]int, len(src))
 	for i, s := range src {
@@ -230,3 +252,25 @@ func (g *Graph) owns(ts ...Tensor) bool {
 
 // NumNodes is the number of kernel calls so far.
 func (g *Graph) NumNodes() int { return len(g.nodes) }
+
+// quantMisuse explains why a Q8_0/F16 tensor cannot go where it was used.
+func quantMisuse(ti *tensorInfo) string {
+	return fmt.Sprintf("%s tensor %q is a quantised weight: it feeds only Linear (as the weight [out, in]) and GatherRows (as the table), without views", dtypeName(ti.dtype), ti.name)
+}
+
+var opNames = map[cgo.Op]string{
+	cgo.OpCopy: "Copy", cgo.OpConcat: "Concat", cgo.OpPad: "Pad", cgo.OpGatherRows: "GatherRows",
+	cgo.OpInterpLinear: "InterpLinear", cgo.OpUnary: "Unary", cgo.OpBinary: "Binary",
+	cgo.OpSnakeBeta: "SnakeBeta", cgo.OpLayerNorm: "LayerNorm", cgo.OpRMSNorm: "RMSNorm",
+	cgo.OpGroupNorm: "GroupNorm", cgo.OpChannelAffine: "ChannelAffine", cgo.OpSoftmax: "Softmax",
+	cgo.OpReduce: "Reduce", cgo.OpCumsum: "Cumsum", cgo.OpMatmul: "Matmul", cgo.OpConv1D: "Conv1D",
+	cgo.OpConv2D: "Conv2D", cgo.OpConvTranspose1D: "ConvTranspose1D", cgo.OpRoPE: "RoPE",
+	cgo.OpAttention: "Attention", cgo.OpScatterRows: "ScatterRows", cgo.OpLinearQ: "Linear",
+}
+
+func opName(op cgo.Op) string {
+	if s, ok := opNames[op]; ok {
+		return s
+	}
+	return fmt.Sprintf("Op(%d)", int32(op))
+}

@@ -490,7 +490,17 @@ func (g *Graph) GatherRows(table, idx Tensor) Tensor {
 	if table.Rank() != 2 || idx.Rank() != 1 || idx.DType() != I32 {
 		return g.fail("GatherRows", "want table [N, D] and int32 indices [M]", table, idx)
 	}
-	return g.addNode(cgo.OpGatherRows, []int64{idx.Dim(0), table.Dim(1)}, table.DType(), []Tensor{g.Contiguous(table), g.Contiguous(idx)}, [8]int64{}, [4]float32{})
+	dt := table.DType()
+	if IsQuantized(dt) {
+		if dt == Q8_0R8 {
+			return g.fail("GatherRows", "a Q8_0R8 weight is interleaved for Linear; gather from a Q8_0 table", table, idx)
+		}
+		if table.info().kind != kindPersistent {
+			return g.fail("GatherRows", "a quantised table must be a persistent buffer", table, idx)
+		}
+		dt = F32 // rows come out dequantised
+	}
+	return g.addNode(cgo.OpGatherRows, []int64{idx.Dim(0), table.Dim(1)}, dt, []Tensor{g.Contiguous(table), g.Contiguous(idx)}, [8]int64{}, [4]float32{})
 }
 
 // InterpLinear resamples the last axis to n points (PyTorch linear, align_corners=False).
@@ -512,6 +522,10 @@ func (g *Graph) Assign(dst, src Tensor) {
 		return
 	}
 	di := dst.info()
+	if IsQuantized(di.dtype) || IsQuantized(src.DType()) {
+		g.fail("Assign", quantMisuse(di), dst, src)
+		return
+	}
 	if di.kind != kindPersistent || !slices.Equal(di.shape, src.info().shape) || di.dtype != src.DType() {
 		g.fail("Assign", "destination must be a persistent buffer (or a view of one) of the same shape and dtype", dst, src)
 		return
@@ -531,6 +545,10 @@ func (g *Graph) ScatterRows(table, rows, idx Tensor) {
 		return
 	}
 	ti, ri := table.info(), rows.info()
+	if IsQuantized(ti.dtype) || IsQuantized(ri.dtype) {
+		g.fail("ScatterRows", quantMisuse(ti), table, rows, idx)
+		return
+	}
 	r := len(ti.shape)
 	ok := ti.kind == kindPersistent && isContiguous(ti) && r >= 2 && len(ri.shape) == r &&
 		idx.Rank() == 1 && idx.DType() == I32 && ri.dtype == ti.dtype &&
@@ -547,9 +565,38 @@ func (g *Graph) ScatterRows(table, rows, idx Tensor) {
 // Matmul multiplies [.., M, K] by [.., K, N] with broadcast batch axes.
 func (g *Graph) Matmul(a, b Tensor) Tensor { return g.matmul("Matmul", a, b, nil, false) }
 
-// Linear computes x·Wᵀ + bias for W [N, K] (nn.Linear); bias may be nil.
+// Linear computes x·Wᵀ + bias for W [N, K] (nn.Linear); bias may be nil. W may be a
+// Q8_0 or F16 persistent buffer [N, K] (read as stored by the quantised kernels; x is then
+// [..., K] and the result [..., N]).
 func (g *Graph) Linear(x, w Tensor, bias *Tensor) Tensor {
+	if g.err != nil {
+		return g.dummy()
+	}
+	if IsQuantized(w.DType()) {
+		return g.linearQ(x, w, bias)
+	}
 	return g.matmul("Linear", x, w, bias, true)
+}
+
+func (g *Graph) linearQ(x, w Tensor, bias *Tensor) Tensor {
+	wi := w.info()
+	if wi.kind != kindPersistent || len(wi.shape) != 2 {
+		return g.fail("Linear", "a quantised weight must be a persistent [out, in] buffer", x, w)
+	}
+	n, k := wi.shape[0], wi.shape[1]
+	if x.Rank() < 1 || x.Dim(-1) != k || x.DType() != F32 {
+		return g.fail("Linear", fmt.Sprintf("input must be F32 [..., %d] for a %s weight [%d, %d]", k, dtypeName(wi.dtype), n, k), x, w)
+	}
+	s := []Tensor{g.Contiguous(x), w}
+	if bias != nil {
+		if numel(bias.info().shape) != n || bias.DType() != F32 {
+			return g.fail("Linear", fmt.Sprintf("bias must be %d F32 values", n), x, w, *bias)
+		}
+		s = append(s, g.Contiguous(*bias))
+	}
+	shape := x.Shape()
+	shape[len(shape)-1] = n
+	return g.addNode(cgo.OpLinearQ, shape, F32, s, [8]int64{}, [4]float32{})
 }
 
 func (g *Graph) matmul(name string, a, b Tensor, bias *Tensor, bT bool) Tensor {
@@ -558,6 +605,11 @@ func (g *Graph) matmul(name string, a, b Tensor, bias *Tensor, bT bool) Tensor {
 	}
 	if a.Rank() < 2 || b.Rank() < 2 {
 		return g.fail(name, "operands need at least 2 dims", a, b)
+	}
+	for _, t := range []Tensor{a, b} {
+		if IsQuantized(t.DType()) {
+			return g.fail(name, quantMisuse(t.info())+" (use Linear)", a, b)
+		}
 	}
 	m, k := a.Dim(-2), a.Dim(-1)
 	kb, n := b.Dim(-2), b.Dim(-1)

@@ -22,6 +22,7 @@ var benches = map[string]func(args []string, stdout, stderr io.Writer) error{
 	"loopback": runBenchLoopback,
 	"planner":  runBenchPlanner,
 	"gemm":     runBenchGemm,
+	"gemv":     runBenchGemv,
 	"dispatch": runBenchDispatch,
 }
 
@@ -32,6 +33,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
   loopback  real WebRTC sessions over loopback: latency p50/p95, CPU per session, late/dropped audio
   planner   memory plan of a model-shaped graph: arena vs naive bytes, persistent bytes
   gemm      our matmul against OpenBLAS called directly, GFLOP/s at model shapes
+  gemv      one decode-step Linear (1×1024×3072) with F32, F16, Q8_0 (and Q8_0R8) weights: µs and GB/s
   dispatch  engine overhead per node on a graph of 1000 tiny ops`)
 		return errors.New("unknown or missing benchmark")
 	}

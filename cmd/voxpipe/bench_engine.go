@@ -1,15 +1,18 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
 	"github.com/voxpipe/voxpipe/cgo"
 	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/engine/gguf"
 )
 
 // graphs the planner benchmark can plan.
@@ -182,4 +185,89 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall int) (ours, blas time.D
 	slices.Sort(a)
 	slices.Sort(b)
 	return a[len(a)/2], b[len(b)/2], nil
+}
+
+// runBenchGemv times the decode-step Linear x[1, K]·Wᵀ with W [N, K] stored as F32, F16,
+// Q8_0 and Q8_0R8 (Q8_0 interleaved by 8 rows, as models load it): decode is bound by the weight bytes read, so the report gives GB/s of weights.
+func runBenchGemv(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench gemv", "bench gemv [--threads N] [--k K] [--n N] [--json]", stderr)
+	threads := fs.Int("threads", 2, "engine threads")
+	k := fs.Int("k", 1024, "input features (a multiple of 32)")
+	n := fs.Int("n", 3072, "output features")
+	per := fs.Int("weights", 16, "distinct weights per program (enough to overflow the caches: a model streams them from DRAM)")
+	asJSON := fs.Bool("json", false, "print one JSON object per dtype")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	if *per < 1 || *per > 256 {
+		return errors.New("--weights must be in [1, 256]")
+	}
+	if *k <= 0 || *k%32 != 0 || *n <= 0 || int64(*k)*int64(*n) > 1<<28 {
+		return errors.New("--k must be a positive multiple of 32 and k·n at most 2^28")
+	}
+	cpu, err := engine.NewCPU(*threads)
+	if err != nil {
+		return err
+	}
+	defer cpu.Close()
+	w := make([]float32, *n**k)
+	for i := range w {
+		w[i] = float32(i%13-6) * 0.01
+	}
+	// Linears over distinct weights in one program, so the weights come from memory as in a
+	// model rather than from cache.
+	for _, dt := range []struct {
+		name string
+		gt   gguf.DType
+		et   engine.DType
+	}{{"F32", gguf.F32, engine.F32}, {"F16", gguf.F16, engine.F16}, {"Q8_0", gguf.Q8_0, engine.Q8_0}, {"Q8_0R8", gguf.Q8_0, engine.Q8_0R8}} {
+		var raw []byte
+		switch dt.gt {
+		case gguf.F32:
+			raw = make([]byte, 4*len(w))
+			for i, v := range w {
+				binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+			}
+		case gguf.F16:
+			raw = gguf.EncodeF16(w)
+		case gguf.Q8_0:
+			if raw, err = gguf.QuantizeQ8_0(w); err != nil {
+				return err
+			}
+		}
+		g := engine.NewGraph("gemv")
+		x := g.Input("x", engine.F32, 1, int64(*k))
+		var bufs []*engine.Buffer
+		for i := range *per {
+			b, err := engine.NewBufferRaw(fmt.Sprint("w", i), dt.et, raw, int64(*n), int64(*k))
+			if err != nil {
+				return err
+			}
+			bufs = append(bufs, b)
+			g.Output(fmt.Sprint("y", i), g.Linear(x, g.Persistent(b), nil))
+		}
+		prog, err := cpu.Compile(g)
+		if err != nil {
+			return err
+		}
+		perRun, err := medianRun(prog, 31)
+		prog.Close()
+		for _, b := range bufs {
+			b.Free()
+		}
+		if err != nil {
+			return err
+		}
+		us := float64(perRun.Nanoseconds()) / float64(*per) / 1e3
+		gbs := float64(len(raw)) / (us * 1e3)
+		if *asJSON {
+			if err := json.NewEncoder(stdout).Encode(map[string]any{"bench": "gemv", "dtype": dt.name, "m": 1, "k": *k, "n": *n,
+				"threads": *threads, "us": us, "weight_gb_per_s": gbs}); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "gemv 1×%d×%d %-6s: %7.1f µs per Linear, %5.1f GB/s of weights (median of 31 runs of %d)\n", *k, *n, dt.name, us, gbs, *per)
+	}
+	return nil
 }

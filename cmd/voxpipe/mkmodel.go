@@ -25,7 +25,7 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 	size := fs.String("size", "0.6b", "miotts size with --dims real: 0.6b or 1.7b")
 	seed := fs.Uint64("seed", 1, "random seed")
 	out := fs.String("out", "", "output file")
-	dtype := fs.String("dtype", "f32", "stored weight type: f32 or f16")
+	dtype := fs.String("dtype", "f32", "stored matrix type: f32, f16 or q8_0 (norms stay f32)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -39,8 +39,10 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 		wt = gguf.F32
 	case "f16":
 		wt = gguf.F16
+	case "q8_0":
+		wt = gguf.Q8_0
 	default:
-		return fmt.Errorf("--dtype %q: use f32 or f16", *dtype)
+		return fmt.Errorf("--dtype %q: use f32, f16 or q8_0", *dtype)
 	}
 	switch *family {
 	case "miotts":
@@ -112,7 +114,11 @@ func miottsModel(cfg qwen3.Config, size string, seed uint64, dt gguf.DType, prog
 				data[j] = float32(sd * rng.NormFloat64())
 			}
 		}
-		tensors[i] = gguf.WriteTensor{Name: s.Name, Shape: s.Shape, Type: dt, Data: data}
+		t := dt
+		if len(s.Shape) == 1 && dt == gguf.Q8_0 {
+			t = gguf.F32 // norm weights: tiny, and kept F32 as converters do
+		}
+		tensors[i] = gguf.WriteTensor{Name: s.Name, Shape: s.Shape, Type: t, Data: data}
 		if (i+1)%50 == 0 {
 			fmt.Fprintf(progress, "  %d/%d tensors\n", i+1, len(specs))
 		}

@@ -431,7 +431,7 @@ func TestWriteErrors(t *testing.T) {
 		{"count", []WriteTensor{{Name: "a", Shape: []int{2}, Data: []float32{1}}}, "1 values for shape [2]"},
 		{"neg", []WriteTensor{{Name: "a", Shape: []int{-1}}}, "negative"},
 		{"dims", []WriteTensor{{Name: "a", Shape: []int{1, 1, 1, 1, 1}, Data: []float32{1}}}, "5 dims"},
-		{"quant", []WriteTensor{{Name: "a", Shape: []int{32}, Type: Q8_0, Data: make([]float32, 32)}}, "pass Raw"},
+		{"quant", []WriteTensor{{Name: "a", Shape: []int{256}, Type: Q4_K, Data: make([]float32, 256)}}, "pass Raw"},
 		{"raw size", []WriteTensor{{Name: "a", Shape: []int{32}, Type: Q8_0, Raw: make([]byte, 33)}}, "needs 34"},
 		{"dtype", []WriteTensor{{Name: "a", Shape: []int{1}, Type: 5, Raw: []byte{1}}}, "unknown dtype"},
 	}

@@ -340,6 +340,20 @@ func (m *Model) Get(name string) ([]float32, []int, error) {
 	return data, append([]int{}, t.Shape...), nil
 }
 
+// Raw returns a tensor's data as stored (a view of the file, valid until Close; do not
+// modify), its dtype and its logical shape: for loaders that keep weights in their encoding.
+func (m *Model) Raw(name string) ([]byte, DType, []int, error) {
+	t, ok := m.Tensor(name)
+	if !ok {
+		return nil, 0, nil, fmt.Errorf("gguf: tensor %q not found", m.prefix+name)
+	}
+	raw, _, err := m.File.TensorData(t.Info.Name)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("gguf: tensor %q: %w", t.FullName, err)
+	}
+	return raw, t.Info.Type, append([]int{}, t.Shape...), nil
+}
+
 // GetInt32 returns an I32 tensor's values (token ids, positions in test cases) and its shape.
 func (m *Model) GetInt32(name string) ([]int32, []int, error) {
 	t, ok := m.Tensor(name)

@@ -15,7 +15,8 @@ type WriteTensor struct {
 	Name string
 	// Shape in PyTorch order (outermost first); it is stored reversed, in ggml order.
 	Shape []int
-	// Type is F32 (the zero value) or F16 when Data is given, or any known type with Raw.
+	// Type is F32 (the zero value), F16 or Q8_0 (QuantizeQ8_0) when Data is given, or any
+	// known type with Raw.
 	Type DType
 	// Data holds the elements, row-major in Shape; they are converted to Type.
 	Data []float32
@@ -86,7 +87,7 @@ func Write(w io.Writer, kv KV, tensors []WriteTensor) error {
 					t.Name, len(t.Raw), t.Shape, t.Type, size)
 			}
 		} else {
-			if t.Type != F32 && t.Type != F16 {
+			if t.Type != F32 && t.Type != F16 && t.Type != Q8_0 {
 				return fmt.Errorf("gguf: write: tensor %q: converting to %s not supported; pass Raw", t.Name, t.Type)
 			}
 			if uint64(len(t.Data)) != elems {
@@ -134,6 +135,19 @@ func Write(w io.Writer, kv KV, tensors []WriteTensor) error {
 			for _, x := range t.Data {
 				binary.LittleEndian.PutUint16(scratch[:], Float32ToHalf(x))
 				bw.bytes(scratch[:2])
+			}
+		case t.Type == Q8_0:
+			// A row of blocks at a time keeps the encoded copy small.
+			row := len(t.Data)
+			if len(t.Shape) > 0 {
+				row = t.Shape[len(t.Shape)-1]
+			}
+			for r := 0; r+row <= len(t.Data) && row > 0; r += row {
+				q, err := QuantizeQ8_0(t.Data[r : r+row])
+				if err != nil {
+					return fmt.Errorf("gguf: write: tensor %q: %w", t.Name, err)
+				}
+				bw.bytes(q)
 			}
 		}
 		if i < len(tensors)-1 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
@@ -71,6 +72,47 @@ func (p prefixSource) Prefix() string {
 		return q.Prefix() + p.prefix
 	}
 	return p.prefix
+}
+
+// rawSource hands out tensors as stored (*gguf.Model does).
+type rawSource interface {
+	Raw(name string) ([]byte, gguf.DType, []int, error)
+}
+
+// keepSource is a weight source that keeps Q8_0 and F16 matrices in their encoding: Bind
+// sees their shapes (with empty data), and kept holds the bytes (a view of the file) that
+// FromSource copies into buffers of that dtype. Everything else is dequantised to F32.
+type keepSource struct {
+	weights.Source
+	raw  rawSource
+	kept map[string]keptTensor
+}
+
+type keptTensor struct {
+	raw   []byte
+	dtype engine.DType
+}
+
+func (k *keepSource) Get(name string) ([]float32, []int, error) {
+	if k.raw != nil {
+		raw, dt, shape, err := k.raw.Raw(name)
+		if err == nil && len(shape) == 2 && (dt == gguf.Q8_0 || dt == gguf.F16) {
+			edt := engine.Q8_0
+			if dt == gguf.F16 {
+				edt = engine.F16
+			}
+			k.kept[name] = keptTensor{raw, edt}
+			return []float32{}, shape, nil
+		}
+	}
+	return k.Source.Get(name)
+}
+
+func (k *keepSource) Prefix() string {
+	if q, ok := k.Source.(interface{ Prefix() string }); ok {
+		return q.Prefix()
+	}
+	return ""
 }
 
 func (c Config) validate() error {
@@ -155,6 +197,9 @@ func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model,
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	keep := &keepSource{Source: src, kept: map[string]keptTensor{}}
+	keep.raw, _ = src.(rawSource)
+	src = keep
 	var w modelWeights
 	cfg.expectShapes(&w)
 	if err := weights.Bind(src, &w); err != nil {
@@ -171,7 +216,20 @@ func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model,
 		for i, d := range t.Shape {
 			shape[i] = int64(d)
 		}
-		b, err := engine.NewBufferFrom(name, t.Data, shape...)
+		var b *engine.Buffer
+		var err error
+		if k, ok := keep.kept[name]; ok {
+			dt := k.dtype
+			if dt == engine.Q8_0 && strings.HasPrefix(name, "model.layers.") {
+				// Layer matrices only feed Linear: interleave their rows for the decode kernel.
+				// The embedding/head stays plain Q8_0 (gathered by rows).
+				dt = engine.Q8_0R8
+			}
+			b, err = engine.NewBufferRaw(name, dt, k.raw, shape...)
+			delete(keep.kept, name)
+		} else {
+			b, err = engine.NewBufferFrom(name, t.Data, shape...)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -390,17 +448,24 @@ func (s *Session) SetOutputRows(rows []int32) error {
 		if len(rows) == 0 {
 			return fmt.Errorf("qwen3: empty output row set")
 		}
+		// The rows are copied as stored, so a quantised head stays quantised (Q8_0 rows are
+		// interleaved for the decode kernel).
 		hid := s.m.Config.Hidden
-		src := s.m.head.Float32s()
-		data := make([]float32, len(rows)*hid)
+		dt := s.m.head.DType()
+		rb := int(s.m.head.Bytes()) / s.m.Config.Vocab
+		src := s.m.head.Raw()
+		data := make([]byte, len(rows)*rb)
 		for i, r := range rows {
 			if r < 0 || int(r) >= s.m.Config.Vocab {
 				return fmt.Errorf("qwen3: output row %d outside the vocabulary of %d", r, s.m.Config.Vocab)
 			}
-			copy(data[i*hid:(i+1)*hid], src[int(r)*hid:(int(r)+1)*hid])
+			copy(data[i*rb:(i+1)*rb], src[int(r)*rb:(int(r)+1)*rb])
 		}
 		var err error
-		if head, err = engine.NewBufferFrom("lm_head.restricted", data, int64(len(rows)), int64(hid)); err != nil {
+		if dt == engine.Q8_0 {
+			dt = engine.Q8_0R8
+		}
+		if head, err = engine.NewBufferRaw("lm_head.restricted", dt, data, int64(len(rows)), int64(hid)); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,754 @@
+/* Linear layers over weights kept in their GGUF encoding (VX_OP_LINEAR_Q): y = x W^T + bias
+ * with W [N, K] in Q8_0, Q8_0_R8 (Q8_0 with rows interleaved by 8, see vx.h) or F16. Decoding
+ * a token is bound by the weight bytes it reads, so W is never widened to f32 in memory there.
+ *  - Q8_0/Q8_0_R8: each x row is quantised once to int8 blocks of 32 (f32 scale) and every
+ *    output is a sum over blocks of an int8 dot times both scales (as ggml's q8_0 x q8_0).
+ *    Widening W in registers instead costs what the F16 path costs per weight (convert + FMA
+ *    per 16 weights: bench gemv, F16 28 GB/s = 14 G weights/s on this 2-core EPYC), while the
+ *    Q8_0_R8 int8 kernel does 8 rows x 8 values per VNNI dpbusd: 56 GB/s (53 G weights/s).
+ *    Plain Q8_0 rows (one dot per row, AVX2 maddubs or VNNI) reach only 15 GB/s: the per-block
+ *    scale and sign work is not shared, hence the R8 layout for Linear weights.
+ *  - F16 rows are widened in registers (vcvtph2ps) and FMA'd with x, 4 rows per pass.
+ *  - Few x rows (M <= SMALL_M, decode), and any M for Q8_0_R8 on VNNI: threads split the rows
+ *    of W; four x rows share each load of an 8-row group (prefill). Otherwise (F16, plain
+ *    Q8_0, or no VNNI): each task widens a panel of W rows into its scratch and runs
+ *    single-threaded OpenBLAS sgemm on all of x.
+ * Accuracy: the panel path and F16 give the f32 product of x and the dequantised W up to f32
+ * rounding; the int8 paths add x's rounding, at most amax_b/254 per element of block b
+ * (amax_b its largest magnitude): |err| <= sum_b amax_b/254 * sum|w| over the block, about
+ * 1e-3..1e-2 of sum|x||w| per output on random rows (the tests check the bound). */
+#include <math.h>
+#include <string.h>
+#include <cblas.h>
+#include "kern.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(VX_NO_SIMD) /* VX_NO_SIMD: check the portable-only build */
+#define VX_QX86 1
+#include <immintrin.h>
+#define QAVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define QVNNI_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define QINLINE __attribute__((always_inline)) inline
+#endif
+
+#define QK 32     /* values per Q8_0 block */
+#define QB 34     /* bytes per Q8_0 block: f16 scale + 32 int8 */
+#define SMALL_M 8 /* up to this many x rows: the direct dot kernels */
+#define ROWS 4    /* W rows per dot call */
+
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static float half_f32(uint16_t h) {
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+	float f;
+	if (exp == 0) { /* zero or subnormal: mant * 2^-24 exactly */
+		f = (float)mant * (1.0f / 16777216.0f);
+		memcpy(&bits, &f, 4);
+		bits |= sign;
+	} else if (exp == 31) {
+		bits = sign | 0x7f800000u | (mant << 13);
+	} else {
+		bits = sign | ((exp + 112) << 23) | (mant << 13);
+	}
+	memcpy(&f, &bits, 4);
+	return f;
+}
+
+int64_t vx_qrow_bytes(int dtype, int64_t k) {
+	if (k <= 0)
+		return 0;
+	if (dtype == VX_Q8_0)
+		return k % QK ? 0 : k / QK * QB;
+	if (dtype == VX_F16)
+		return 2 * k;
+	return 0;
+}
+
+#define RB (16 + 8 * QK) /* bytes of one 8-row block record of VX_Q8_0_R8 */
+#ifndef PF_AHEAD
+#define PF_AHEAD 6144 /* decode prefetch distance, bytes (0, 2048, 6144 measured within noise; 6144 best) */
+#endif
+
+int64_t vx_qbytes(int dtype, int64_t n, int64_t k) {
+	if (n <= 0)
+		return 0;
+	if (dtype == VX_Q8_0_R8)
+		return (n + 7) / 8 * 8 * vx_qrow_bytes(VX_Q8_0, k);
+	return n * vx_qrow_bytes(dtype, k);
+}
+
+void vx_repack_q8_0_r8(const void *src, void *dst, int64_t n, int64_t k) {
+	const uint8_t *s = src;
+	uint8_t *d = dst;
+	int64_t nb = k / QK, rb = nb * QB;
+	for (int64_t g = 0; g < (n + 7) / 8; g++)
+		for (int64_t b = 0; b < nb; b++) {
+			uint8_t *rec = d + (g * nb + b) * RB;
+			for (int r = 0; r < 8; r++) {
+				int64_t row = g * 8 + r;
+				if (row >= n) { /* padding rows: scale 0, quants 0 */
+					rec[2 * r] = rec[2 * r + 1] = 0;
+					for (int c = 0; c < 4; c++)
+						memset(rec + 16 + c * 64 + r * 8, 0x80, 8);
+					continue;
+				}
+				const uint8_t *blk = s + row * rb + b * QB;
+				rec[2 * r] = blk[0];
+				rec[2 * r + 1] = blk[1];
+				for (int c = 0; c < 4; c++)
+					for (int j = 0; j < 8; j++)
+						rec[16 + c * 64 + r * 8 + j] = blk[2 + c * 8 + j] ^ 0x80;
+			}
+		}
+}
+
+/* Dequantises rows [r0, r0+nr) of one 8-row group (nb block records) into dst (row stride k). */
+static void dequant_r8(const uint8_t *grp, int64_t nb, int r0, int nr, float *dst, int64_t k) {
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		for (int r = r0; r < r0 + nr; r++) {
+			float d = half_f32(rd16(rec + 2 * r));
+			float *o = dst + (r - r0) * k + b * QK;
+			for (int c = 0; c < 4; c++)
+				for (int j = 0; j < 8; j++)
+					o[c * 8 + j] = (float)((int)rec[16 + c * 64 + r * 8 + j] - 128) * d;
+		}
+	}
+}
+
+/* ---- SIMD level ---- */
+
+enum { LV_PORTABLE = 0, LV_AVX2 = 1, LV_VNNI = 2 };
+
+static int level(void) {
+#ifdef VX_QX86
+	/* 0 unknown, else 1 | 2 (f16c) | 4 (avx512 bw+vl+vnni); racing threads store the same value */
+	static int feat;
+	int f = __atomic_load_n(&feat, __ATOMIC_RELAXED);
+	if (f == 0) {
+		__builtin_cpu_init();
+		f = 1 | (__builtin_cpu_supports("f16c") ? 2 : 0) |
+		    (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+		             __builtin_cpu_supports("avx512vnni")
+		         ? 4
+		         : 0);
+		__atomic_store_n(&feat, f, __ATOMIC_RELAXED);
+	}
+	if (vx_use_avx512() && (f & 6) == 6)
+		return LV_VNNI;
+	if (vx_use_avx2() && (f & 2))
+		return LV_AVX2;
+#endif
+	return LV_PORTABLE;
+}
+
+/* ---- dequantising rows ---- */
+
+static void dequant_portable(int dtype, const uint8_t *s, float *d, int64_t k) {
+	if (dtype == VX_F16) {
+		for (int64_t i = 0; i < k; i++)
+			d[i] = half_f32(rd16(s + 2 * i));
+		return;
+	}
+	for (int64_t b = 0; b < k / QK; b++, s += QB) {
+		float sc = half_f32(rd16(s));
+		const int8_t *q = (const int8_t *)(s + 2);
+		for (int j = 0; j < QK; j++)
+			d[b * QK + j] = (float)q[j] * sc;
+	}
+}
+
+#ifdef VX_QX86
+static QAVX2_FN void dequant_avx2(int dtype, const uint8_t *s, float *d, int64_t k) {
+	if (dtype == VX_F16) {
+		int64_t i = 0;
+		for (; i + 8 <= k; i += 8)
+			_mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+		for (; i < k; i++)
+			d[i] = half_f32(rd16(s + 2 * i));
+		return;
+	}
+	for (int64_t b = 0; b < k / QK; b++, s += QB) {
+		__m256 sc = _mm256_cvtph_ps(_mm_set1_epi16((short)rd16(s)));
+		for (int j = 0; j < QK; j += 8) {
+			__m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s + 2 + j)));
+			_mm256_storeu_ps(d + b * QK + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), sc));
+		}
+	}
+}
+
+static QVNNI_FN void dequant_avx512(int dtype, const uint8_t *s, float *d, int64_t k) {
+	if (dtype == VX_F16) {
+		int64_t i = 0;
+		for (; i + 16 <= k; i += 16)
+			_mm512_storeu_ps(d + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s + 2 * i))));
+		for (; i < k; i++)
+			d[i] = half_f32(rd16(s + 2 * i));
+		return;
+	}
+	for (int64_t b = 0; b < k / QK; b++, s += QB) {
+		__m512 sc = _mm512_cvtph_ps(_mm256_set1_epi16((short)rd16(s)));
+		__m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 2)));
+		__m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + 18)));
+		_mm512_storeu_ps(d + b * QK, _mm512_mul_ps(_mm512_cvtepi32_ps(q0), sc));
+		_mm512_storeu_ps(d + b * QK + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(q1), sc));
+	}
+}
+#endif
+
+static void dequant_lv(int lv, int dtype, const void *src, float *dst, int64_t k) {
+#ifdef VX_QX86
+	if (lv == LV_VNNI) {
+		dequant_avx512(dtype, src, dst, k);
+		return;
+	}
+	if (lv == LV_AVX2) {
+		dequant_avx2(dtype, src, dst, k);
+		return;
+	}
+#endif
+	(void)lv;
+	dequant_portable(dtype, src, dst, k);
+}
+
+void vx_dequant_row(int dtype, const void *src, float *dst, int64_t k) { dequant_lv(level(), dtype, src, dst, k); }
+
+/* ---- quantising x rows (Q8_0 decode) ---- */
+
+/* Blocks of 32 values -> int8 q and f32 scale d with x ~ q*d; d = amax/127, q rounded to
+ * nearest. The scale stays f32 (ggml rounds it to f16): a free bit of accuracy. */
+static void quant_row(const float *x, int64_t k, int8_t *q, float *d, int32_t *sum) {
+	for (int64_t b = 0; b < k / QK; b++) {
+		const float *xb = x + b * QK;
+		float amax = 0;
+		for (int j = 0; j < QK; j++)
+			amax = fmaxf(amax, fabsf(xb[j]));
+		float id = amax > 0 ? 127.0f / amax : 0.0f;
+		d[b] = amax / 127.0f;
+		int32_t s = 0;
+		for (int j = 0; j < QK; j++) {
+			q[b * QK + j] = (int8_t)lrintf(xb[j] * id);
+			s += q[b * QK + j];
+		}
+		sum[b] = s; /* the R8 kernel's correction: its weights are stored as q+128 */
+	}
+}
+
+#ifdef VX_QX86
+/* quant_row for AVX-512: cvtps_epi32 rounds to nearest even like lrintf in the default mode,
+ * so both paths give the same bytes. */
+static QVNNI_FN void quant_row_avx512(const float *x, int64_t k, int8_t *q, float *d, int32_t *sum) {
+	for (int64_t b = 0; b < k / QK; b++) {
+		__m512 a = _mm512_loadu_ps(x + b * QK), c = _mm512_loadu_ps(x + b * QK + 16);
+		float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+		float id = amax > 0 ? 127.0f / amax : 0.0f;
+		d[b] = amax / 127.0f;
+		__m512 v = _mm512_set1_ps(id);
+		__m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, v)), qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, v));
+		_mm_storeu_si128((__m128i *)(q + b * QK), _mm512_cvtepi32_epi8(qa));
+		_mm_storeu_si128((__m128i *)(q + b * QK + 16), _mm512_cvtepi32_epi8(qc));
+		sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+	}
+}
+#endif
+
+/* ---- 8-row kernels (VX_Q8_0_R8): out[0..7] = the group's rows . one quantised x row ---- */
+
+static void dot_r8_portable(const uint8_t *grp, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	float acc[8] = {0};
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		const int8_t *xb = xq + b * QK;
+		for (int r = 0; r < 8; r++) {
+			int32_t s = 0;
+			for (int c = 0; c < 4; c++)
+				for (int j = 0; j < 8; j++)
+					s += ((int32_t)rec[16 + c * 64 + r * 8 + j] - 128) * xb[c * 8 + j];
+			acc[r] += (float)s * (half_f32(rd16(rec + 2 * r)) * xd[b]);
+		}
+	}
+	memcpy(out, acc, sizeof acc);
+}
+
+#ifdef VX_QX86
+/* dequant_r8 for AVX-512: a row's 32 values of a block are its four 8-byte chunks. */
+static QVNNI_FN void dequant_r8_avx512(const uint8_t *grp, int64_t nb, int nr, float *dst, int64_t k) {
+	const __m128i flip = _mm_set1_epi8((char)0x80);
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		for (int r = 0; r < nr; r++) {
+			__m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)rd16(rec + 2 * r)));
+			const uint8_t *q = rec + 16 + r * 8;
+			__m128i a = _mm_xor_si128(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)q), _mm_loadl_epi64((const __m128i *)(q + 64))), flip);
+			__m128i c = _mm_xor_si128(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(q + 128)), _mm_loadl_epi64((const __m128i *)(q + 192))), flip);
+			float *o = dst + r * k + b * QK;
+			_mm512_storeu_ps(o, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a)), d));
+			_mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c)), d));
+		}
+	}
+}
+
+static inline int64_t ld64(const void *p) {
+	int64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/* 512-bit lanes 2r and 2r+1 belong to row r: one dpbusd multiplies 8 rows by 8 x values. The
+ * unsigned operand is the stored q+128, so each block starts its sum at -128*sum(x). mr x rows
+ * (row stride k) share each load of the group's weights: prefill runs 4 at a time. */
+static QVNNI_FN QINLINE void dot_r8_vnni_m(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,
+                                            int64_t nb, int64_t k, const int mr, float *out, int64_t ostride) {
+	__m512 acc[4];
+	for (int m = 0; m < mr; m++)
+		acc[m] = _mm512_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		if (mr == 1 && PF_AHEAD > 0) /* decode streams the weights once: keep several blocks in flight */
+			for (int l = 0; l < RB; l += 64)
+				_mm_prefetch((const char *)(rec + PF_AHEAD + l), _MM_HINT_T0);
+		__m512i w0 = _mm512_loadu_si512(rec + 16), w1 = _mm512_loadu_si512(rec + 80);
+		__m512i w2 = _mm512_loadu_si512(rec + 144), w3 = _mm512_loadu_si512(rec + 208);
+		__m128i h = _mm_loadu_si128((const __m128i *)rec);
+		__m512 sw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h)));
+		for (int m = 0; m < mr; m++) {
+			const int8_t *xb = xq + m * k + b * QK;
+			__m512i s0 = _mm512_maskz_set1_epi32(0x5555, -128 * xs[m * nb + b]);
+			__m512i s1 = _mm512_setzero_si512();
+			s0 = _mm512_dpbusd_epi32(s0, w0, _mm512_set1_epi64(ld64(xb)));
+			s1 = _mm512_dpbusd_epi32(s1, w1, _mm512_set1_epi64(ld64(xb + 8)));
+			s0 = _mm512_dpbusd_epi32(s0, w2, _mm512_set1_epi64(ld64(xb + 16)));
+			s1 = _mm512_dpbusd_epi32(s1, w3, _mm512_set1_epi64(ld64(xb + 24)));
+			__m512 sc = _mm512_mul_ps(sw, _mm512_set1_ps(xd[m * nb + b]));
+			/* Pair the row's two lanes in integers: the -128*sum(x) offset sits in one of them,
+			 * and scaling them apart would round away the small difference. */
+			__m512i si = _mm512_add_epi32(s0, s1);
+			si = _mm512_add_epi32(si, _mm512_shuffle_epi32(si, _MM_PERM_CDAB));
+			acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), sc, acc[m]);
+		}
+	}
+	for (int m = 0; m < mr; m++) {
+		float t[16];
+		_mm512_storeu_ps(t, acc[m]);
+		for (int r = 0; r < 8; r++)
+			out[m * ostride + r] = t[2 * r];
+	}
+}
+static QVNNI_FN void dot_r8_vnni(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,
+                                 int64_t nb, float *out) {
+	dot_r8_vnni_m(grp, xq, xd, xs, nb, nb * QK, 1, out, 8);
+}
+static QVNNI_FN void dot_r8_vnni4(const uint8_t *grp, const int8_t *xq, const float *xd, const int32_t *xs,
+                                  int64_t nb, float *out) {
+	dot_r8_vnni_m(grp, xq, xd, xs, nb, nb * QK, 4, out, 8);
+}
+
+/* AVX2: rows 0-3 in one register, 4-7 in another; the quants are flipped back to signed and
+ * multiplied with the |w| x sign(w)*x trick (maddubs). */
+static QAVX2_FN void dot_r8_avx2(const uint8_t *grp, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+	const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+	for (int64_t b = 0; b < nb; b++) {
+		const uint8_t *rec = grp + b * RB;
+		const int8_t *xb = xq + b * QK;
+		__m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+		for (int c = 0; c < 4; c++) {
+			__m256i xv = _mm256_set1_epi64x(ld64(xb + 8 * c));
+			__m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 16 + 64 * c)), flip);
+			__m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(rec + 48 + 64 * c)), flip);
+			s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(xv, w0)), ones));
+			s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(xv, w1)), ones));
+		}
+		__m128i h = _mm_loadu_si128((const __m128i *)rec);
+		__m256 dx = _mm256_set1_ps(xd[b]);
+		__m256 sc0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpacklo_epi16(h, h)), dx);
+		__m256 sc1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_unpackhi_epi16(h, h)), dx);
+		acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), sc0, acc0);
+		acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), sc1, acc1);
+	}
+	float t[16];
+	_mm256_storeu_ps(t, acc0);
+	_mm256_storeu_ps(t + 8, acc1);
+	for (int r = 0; r < 8; r++)
+		out[r] = t[2 * r] + t[2 * r + 1];
+}
+#endif
+
+/* ---- dot kernels: out[r] = row r of W (r < nr) . one x row ---- */
+
+static void dot_q8_portable(const uint8_t *w, int64_t rb, int nr, const int8_t *xq, const float *xd,
+                            int64_t nb, float *out) {
+	for (int r = 0; r < nr; r++) {
+		const uint8_t *blk = w + r * rb;
+		float acc = 0;
+		for (int64_t b = 0; b < nb; b++, blk += QB) {
+			const int8_t *q = (const int8_t *)(blk + 2), *xb = xq + b * QK;
+			int32_t s = 0;
+			for (int j = 0; j < QK; j++)
+				s += (int32_t)q[j] * xb[j];
+			acc += (float)s * (half_f32(rd16(blk)) * xd[b]);
+		}
+		out[r] = acc;
+	}
+}
+
+static void dot_f16_portable(const uint8_t *w, int64_t rb, int nr, const float *x, int64_t k, float *out) {
+	for (int r = 0; r < nr; r++) {
+		const uint8_t *row = w + r * rb;
+		float acc = 0;
+		for (int64_t i = 0; i < k; i++)
+			acc += half_f32(rd16(row + 2 * i)) * x[i];
+		out[r] = acc;
+	}
+}
+
+#ifdef VX_QX86
+static inline QAVX2_FN float hsum256(__m256 v) {
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* AVX2: |w| (unsigned) x sign(w)*x (signed) with maddubs; pairs stay below 2*127*127, so the
+ * int16 sums never saturate. */
+static QAVX2_FN QINLINE void dot_q8_avx2_n(const uint8_t *w, int64_t rb, const int nr, const int8_t *xq,
+                                            const float *xd, int64_t nb, float *out) {
+	__m256 acc[ROWS];
+	const __m256i ones = _mm256_set1_epi16(1);
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + b * QK));
+		__m256 dx = _mm256_set1_ps(xd[b]);
+		for (int r = 0; r < nr; r++) {
+			const uint8_t *blk = w + r * rb + b * QB;
+			__m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+			__m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+			__m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+			__m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)rd16(blk))), dx);
+			acc[r] = _mm256_fmadd_ps(s, d, acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		out[r] = hsum256(acc[r]);
+}
+static QAVX2_FN void dot_q8_avx2_4(const uint8_t *w, int64_t rb, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	dot_q8_avx2_n(w, rb, ROWS, xq, xd, nb, out);
+}
+static QAVX2_FN void dot_q8_avx2_1(const uint8_t *w, int64_t rb, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	dot_q8_avx2_n(w, rb, 1, xq, xd, nb, out);
+}
+
+/* AVX-512 VNNI: dpbusd does the |w| x sign(w)*x products and their sums in one instruction
+ * with int32 accumulation. */
+static QVNNI_FN QINLINE void dot_q8_vnni_n(const uint8_t *w, int64_t rb, const int nr, const int8_t *xq,
+                                            const float *xd, int64_t nb, float *out) {
+	__m256 acc[ROWS];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int64_t b = 0; b < nb; b++) {
+		__m256i xv = _mm256_loadu_si256((const __m256i *)(xq + b * QK));
+		__m256 dx = _mm256_set1_ps(xd[b]);
+		for (int r = 0; r < nr; r++) {
+			const uint8_t *blk = w + r * rb + b * QB;
+			__m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+			__m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+			__m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)rd16(blk))), dx);
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d, acc[r]);
+		}
+	}
+	for (int r = 0; r < nr; r++)
+		out[r] = hsum256(acc[r]);
+}
+static QVNNI_FN void dot_q8_vnni_4(const uint8_t *w, int64_t rb, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	dot_q8_vnni_n(w, rb, ROWS, xq, xd, nb, out);
+}
+static QVNNI_FN void dot_q8_vnni_1(const uint8_t *w, int64_t rb, const int8_t *xq, const float *xd, int64_t nb, float *out) {
+	dot_q8_vnni_n(w, rb, 1, xq, xd, nb, out);
+}
+
+static QAVX2_FN QINLINE void dot_f16_avx2_n(const uint8_t *w, int64_t rb, const int nr, const float *x, int64_t k, float *out) {
+	__m256 acc[ROWS];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm256_setzero_ps();
+	int64_t i = 0;
+	for (; i + 8 <= k; i += 8) {
+		__m256 xv = _mm256_loadu_ps(x + i);
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + r * rb + 2 * i))), xv, acc[r]);
+	}
+	for (int r = 0; r < nr; r++) {
+		float s = hsum256(acc[r]);
+		for (int64_t j = i; j < k; j++)
+			s += half_f32(rd16(w + r * rb + 2 * j)) * x[j];
+		out[r] = s;
+	}
+}
+static QAVX2_FN void dot_f16_avx2_4(const uint8_t *w, int64_t rb, const float *x, int64_t k, float *out) {
+	dot_f16_avx2_n(w, rb, ROWS, x, k, out);
+}
+static QAVX2_FN void dot_f16_avx2_1(const uint8_t *w, int64_t rb, const float *x, int64_t k, float *out) {
+	dot_f16_avx2_n(w, rb, 1, x, k, out);
+}
+
+static QVNNI_FN QINLINE void dot_f16_avx512_n(const uint8_t *w, int64_t rb, const int nr, const float *x, int64_t k, float *out) {
+	__m512 acc[ROWS];
+	for (int r = 0; r < nr; r++)
+		acc[r] = _mm512_setzero_ps();
+	int64_t i = 0;
+	for (; i + 16 <= k; i += 16) {
+		__m512 xv = _mm512_loadu_ps(x + i);
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + r * rb + 2 * i))), xv, acc[r]);
+	}
+	for (int r = 0; r < nr; r++) {
+		float s = _mm512_reduce_add_ps(acc[r]);
+		for (int64_t j = i; j < k; j++)
+			s += half_f32(rd16(w + r * rb + 2 * j)) * x[j];
+		out[r] = s;
+	}
+}
+static QVNNI_FN void dot_f16_avx512_4(const uint8_t *w, int64_t rb, const float *x, int64_t k, float *out) {
+	dot_f16_avx512_n(w, rb, ROWS, x, k, out);
+}
+static QVNNI_FN void dot_f16_avx512_1(const uint8_t *w, int64_t rb, const float *x, int64_t k, float *out) {
+	dot_f16_avx512_n(w, rb, 1, x, k, out);
+}
+#endif
+
+/* ---- the op ---- */
+
+typedef struct {
+	int dtype, lv;
+	int64_t M, N, K, rb, nb;
+	const uint8_t *w;
+	const float *x, *bias;
+	float *y;
+	const int8_t *xq; /* Q8_0 decode: x rows quantised, M x nb*QK */
+	const float *xd;  /* and their scales, M x nb */
+	const int32_t *xs; /* and their block sums, M x nb */
+	int64_t chunk;    /* W rows per task (decode) or per panel (prefill) */
+	int64_t npanel, mparts;
+	vx_ctx *ctx;
+} lq_job;
+
+static void dot_rows(const lq_job *j, const uint8_t *w, int nr, int64_t m, float *out) {
+#ifdef VX_QX86
+	if (j->dtype == VX_Q8_0) {
+		const int8_t *xq = j->xq + m * j->nb * QK;
+		const float *xd = j->xd + m * j->nb;
+		if (j->lv == LV_VNNI) {
+			if (nr == ROWS)
+				dot_q8_vnni_4(w, j->rb, xq, xd, j->nb, out);
+			else
+				for (int r = 0; r < nr; r++)
+					dot_q8_vnni_1(w + r * j->rb, j->rb, xq, xd, j->nb, out + r);
+			return;
+		}
+		if (j->lv == LV_AVX2) {
+			if (nr == ROWS)
+				dot_q8_avx2_4(w, j->rb, xq, xd, j->nb, out);
+			else
+				for (int r = 0; r < nr; r++)
+					dot_q8_avx2_1(w + r * j->rb, j->rb, xq, xd, j->nb, out + r);
+			return;
+		}
+	} else {
+		const float *x = j->x + m * j->K;
+		if (j->lv == LV_VNNI) {
+			if (nr == ROWS)
+				dot_f16_avx512_4(w, j->rb, x, j->K, out);
+			else
+				for (int r = 0; r < nr; r++)
+					dot_f16_avx512_1(w + r * j->rb, j->rb, x, j->K, out + r);
+			return;
+		}
+		if (j->lv == LV_AVX2) {
+			if (nr == ROWS)
+				dot_f16_avx2_4(w, j->rb, x, j->K, out);
+			else
+				for (int r = 0; r < nr; r++)
+					dot_f16_avx2_1(w + r * j->rb, j->rb, x, j->K, out + r);
+			return;
+		}
+	}
+#endif
+	if (j->dtype == VX_Q8_0)
+		dot_q8_portable(w, j->rb, nr, j->xq + m * j->nb * QK, j->xd + m * j->nb, j->nb, out);
+	else
+		dot_f16_portable(w, j->rb, nr, j->x + m * j->K, j->K, out);
+}
+
+static void small_task(void *p, int64_t i) {
+	const lq_job *j = p;
+	int64_t n0 = i * j->chunk, n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
+	float out[ROWS];
+	for (int64_t r = n0; r < n1; r += ROWS) {
+		int nr = (int)(n1 - r < ROWS ? n1 - r : ROWS);
+		/* Every x row against this group of W rows while they are in cache. */
+		for (int64_t m = 0; m < j->M; m++) {
+			dot_rows(j, j->w + r * j->rb, nr, m, out);
+			float *y = j->y + m * j->N + r;
+			for (int q = 0; q < nr; q++)
+				y[q] = out[q] + (j->bias ? j->bias[r + q] : 0.0f);
+		}
+	}
+}
+
+static void small_task_r8(void *p, int64_t i) {
+	const lq_job *j = p;
+	int64_t g0 = i * j->chunk / 8, g1 = (i + 1) * j->chunk / 8, ng = (j->N + 7) / 8;
+	if (g1 > ng)
+		g1 = ng;
+	float out[4 * 8];
+	for (int64_t g = g0; g < g1; g++) {
+		const uint8_t *grp = j->w + g * j->nb * RB;
+		int nr = (int)(j->N - g * 8 < 8 ? j->N - g * 8 : 8);
+		for (int64_t m = 0; m < j->M;) {
+			const int8_t *xq = j->xq + m * j->nb * QK;
+			const float *xd = j->xd + m * j->nb;
+			int mr = 1;
+#ifdef VX_QX86
+			if (j->lv == LV_VNNI && j->M - m >= 4) {
+				dot_r8_vnni4(grp, xq, xd, j->xs + m * j->nb, j->nb, out);
+				mr = 4;
+			} else if (j->lv == LV_VNNI)
+				dot_r8_vnni(grp, xq, xd, j->xs + m * j->nb, j->nb, out);
+			else if (j->lv == LV_AVX2)
+				dot_r8_avx2(grp, xq, xd, j->nb, out);
+			else
+#endif
+				dot_r8_portable(grp, xq, xd, j->nb, out);
+			for (int i = 0; i < mr; i++, m++) {
+				float *y = j->y + m * j->N + g * 8;
+				for (int q = 0; q < nr; q++)
+					y[q] = out[i * 8 + q] + (j->bias ? j->bias[g * 8 + q] : 0.0f);
+			}
+		}
+	}
+}
+
+static void panel_task(void *p, int64_t i) {
+	const lq_job *j = p;
+	int64_t pi = i % j->npanel, mi = i / j->npanel;
+	int64_t n0 = pi * j->chunk, nr = j->N - n0 < j->chunk ? j->N - n0 : j->chunk;
+	int64_t m0 = j->M * mi / j->mparts, m1 = j->M * (mi + 1) / j->mparts;
+	if (m1 <= m0 || nr <= 0)
+		return;
+	float *panel = vx_scratch(j->ctx, vx_thread_id(), nr * j->K * 4); /* grown before the loop */
+	if (j->dtype == VX_Q8_0_R8) { /* n0 is a multiple of 8: whole groups but maybe the last */
+		for (int64_t r = 0; r < nr; r += 8) {
+			const uint8_t *grp = j->w + (n0 + r) / 8 * j->nb * RB;
+			int gr = (int)(nr - r < 8 ? nr - r : 8);
+#ifdef VX_QX86
+			if (j->lv == LV_VNNI) {
+				dequant_r8_avx512(grp, j->nb, gr, panel + r * j->K, j->K);
+				continue;
+			}
+#endif
+			dequant_r8(grp, j->nb, 0, gr, panel + r * j->K, j->K);
+		}
+	} else {
+		for (int64_t r = 0; r < nr; r++)
+			dequant_lv(j->lv, j->dtype, j->w + (n0 + r) * j->rb, panel + r * j->K, j->K);
+	}
+	float *y = j->y + m0 * j->N + n0;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(m1 - m0), (int)nr, (int)j->K, 1.0f,
+	            j->x + m0 * j->K, (int)j->K, panel, (int)j->K, 0.0f, y, (int)j->N);
+	if (j->bias)
+		for (int64_t m = m0; m < m1; m++)
+			for (int64_t r = 0; r < nr; r++)
+				j->y[m * j->N + n0 + r] += j->bias[n0 + r];
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
+	const vx_tensor *x = vx_src(node, t, 0), *w = vx_src(node, t, 1), *b = vx_src(node, t, 2), *y = &t[node->dst];
+	if (node->n_src < 2 || node->n_src > 3 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !w ||
+	    (w->dtype != VX_Q8_0 && w->dtype != VX_F16 && w->dtype != VX_Q8_0_R8) || w->ndim != 2 || !w->data)
+		return VX_ERR_BAD_SHAPE;
+	if (x->ndim < 1 || y->ndim != x->ndim || !vx_is_contiguous(x) || !vx_is_contiguous(y))
+		return VX_ERR_BAD_SHAPE;
+	int64_t N = w->shape[0], K = w->shape[1], M = K > 0 ? vx_numel(x) / K : 0;
+	int r8 = w->dtype == VX_Q8_0_R8;
+	int64_t rb = vx_qrow_bytes(r8 ? VX_Q8_0 : w->dtype, K);
+	if (rb == 0 || N <= 0 || x->shape[x->ndim - 1] != K || y->shape[y->ndim - 1] != N || vx_numel(y) != M * N)
+		return VX_ERR_BAD_SHAPE;
+	for (int d = 0; d < x->ndim - 1; d++)
+		if (x->shape[d] != y->shape[d])
+			return VX_ERR_BAD_SHAPE;
+	if (b && (!vx_tensor_ok(b, VX_F32) || vx_numel(b) != N || !vx_is_contiguous(b)))
+		return VX_ERR_BAD_SHAPE;
+	if (M == 0)
+		return VX_OK;
+	int nt = vx_ctx_threads(ctx);
+	lq_job j = {.dtype = w->dtype, .lv = level(), .M = M, .N = N, .K = K, .rb = rb, .nb = K / QK,
+	            .w = w->data, .x = x->data, .bias = b ? b->data : NULL, .y = y->data, .ctx = ctx};
+	double work = (double)M * (double)N * (double)K;
+	/* Q8_0R8 on VNNI: the int8 kernel for prefill too (4 dpbusd per 256 MACs outrun sgemm on
+	 * widened panels about 2x). */
+	if (M <= SMALL_M || (r8 && j.lv == LV_VNNI)) {
+		if (j.dtype != VX_F16) {
+			int64_t qb = (M * K + 63) & ~(int64_t)63;
+			int8_t *xq = vx_scratch(ctx, VX_SCRATCH_SHARED, qb + M * j.nb * 8);
+			if (!xq)
+				return VX_ERR_NOMEM;
+			float *xd = (float *)(xq + qb);
+			int32_t *xs = (int32_t *)(xd + M * j.nb);
+			for (int64_t m = 0; m < M; m++) {
+#ifdef VX_QX86
+				if (j.lv == LV_VNNI) {
+					quant_row_avx512(j.x + m * K, K, xq + m * K, xd + m * j.nb, xs + m * j.nb);
+					continue;
+				}
+#endif
+				quant_row(j.x + m * K, K, xq + m * K, xd + m * j.nb, xs + m * j.nb);
+			}
+			j.xq = xq;
+			j.xd = xd;
+			j.xs = xs;
+		}
+		if (r8) { /* whole 8-row groups per task */
+			int64_t groups = cdiv(N, 8);
+			int64_t tasks = work < 65536.0 || nt == 1 ? 1 : (groups < 4 * nt ? groups : 4 * nt);
+			j.chunk = cdiv(groups, tasks) * 8;
+			tasks = cdiv(N, j.chunk);
+			if (tasks == 1)
+				small_task_r8(&j, 0);
+			else
+				vx_parallel_for(ctx, tasks, small_task_r8, &j);
+			return VX_OK;
+		}
+		int64_t groups = cdiv(N, ROWS);
+		int64_t tasks = work < 65536.0 || nt == 1 ? 1 : (groups < 4 * nt ? groups : 4 * nt);
+		j.chunk = cdiv(groups, tasks) * ROWS;
+		tasks = cdiv(N, j.chunk);
+		if (tasks == 1)
+			small_task(&j, 0);
+		else
+			vx_parallel_for(ctx, tasks, small_task, &j);
+		return VX_OK;
+	}
+	/* Panels of ~1 MiB of f32 (256 rows at K=1024), at least two per thread. */
+	int64_t pr = (1 << 18) / K;
+	pr = pr < 16 ? 16 : pr > 256 ? 256 : pr / 16 * 16; /* multiples of 16 keep R8 groups whole */
+	int64_t fair = cdiv(cdiv(N, 2 * nt), 16) * 16;
+	j.chunk = pr < fair ? pr : fair;
+	j.npanel = cdiv(N, j.chunk);
+	j.mparts = j.npanel >= 2 * nt ? 1 : (M / 16 > 1 ? (M / 16 < 2 * nt ? M / 16 : 2 * nt) : 1);
+	int rc = VX_OK;
+	for (int i = 0; i < nt; i++)
+		if (!vx_scratch(ctx, i, j.chunk * K * 4))
+			rc = VX_ERR_NOMEM;
+	if (rc != VX_OK)
+		return rc;
+	int64_t tasks = j.npanel * j.mparts;
+	if (tasks == 1 || nt == 1) {
+		for (int64_t i = 0; i < tasks; i++)
+			panel_task(&j, i);
+	} else {
+		vx_parallel_for(ctx, tasks, panel_task, &j);
+	}
+	return VX_OK;
+}
