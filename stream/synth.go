@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -32,6 +33,10 @@ type SynthChunk struct {
 	// Final marks the last chunk of the request.
 	Final bool
 }
+
+// ErrNothingToSay is returned (wrapped) by a Synthesizer for text with nothing to speak
+// (no letters or digits): the client's mistake, not a failure.
+var ErrNothingToSay = errors.New("nothing to say")
 
 // SynthInfo describes a synthesizer.
 type SynthInfo struct {

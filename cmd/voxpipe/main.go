@@ -19,6 +19,7 @@ type command struct {
 var commands = []command{
 	{"serve", "run the server: web voice changer and WebRTC signaling on http://localhost:8080", runServe},
 	{"convert", "convert a WAV file through a voice: convert IN.wav OUT.wav --voice dsp --pitch 4", runConvert},
+	{"tts", `speak text with MioTTS: tts --model LM.gguf --codec CODEC.gguf --voice REF.wav "text" -o out.wav`, runTTS},
 	{"bridge", "live mic → voice → output device (e.g. a virtual cable for OBS)", runBridge},
 	{"devices", "list local audio input and output devices", runDevices},
 	{"mkmodel", "write a random-weight model file at real or tiny dimensions (for benchmarks)", runMkmodel},

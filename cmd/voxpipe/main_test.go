@@ -14,6 +14,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/dsp"
 	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/rtc"
 )
 
@@ -170,5 +171,34 @@ func TestBenchLoopbackReportsFigures(t *testing.T) {
 	}
 	if res.Chunks == 0 {
 		t.Error("no chunk counts from the server's stats")
+	}
+}
+
+func TestTTSCommand(t *testing.T) {
+	lm := golden.Path(t, "miotts", "model.gguf")
+	codec := golden.Path(t, "miocodec", "model.gguf")
+	ref := filepath.Join("..", "..", "testdata", "speech_en_48k.wav")
+	out := filepath.Join(t.TempDir(), "out.wav")
+	args := []string{"tts", "--model", lm, "--codec", codec, "--voice", ref, "--max-tokens", "30", "--voice-cache", ""}
+	if stdout, stderr, code := runCmd(t, append(args, "Hello there.", "-o", out)...); code != 0 || !strings.Contains(stdout, "wrote") {
+		t.Fatalf("tts: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	a, err := wav.ReadFile(out)
+	if err != nil || a.SampleRate != 44100 || a.Frames() == 0 || a.Frames()%1764 != 0 {
+		t.Fatalf("output: %v %+v", err, a)
+	}
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"tts", "--model", lm, "--voice", ref, "hi", "-o", out}, "--codec"},
+		{[]string{"tts", "--model", lm, "--codec", codec, "hi", "-o", out}, "--voice"},
+		{[]string{"tts", "--model", lm, "--codec", codec, "--voice", ref, "-o", out}, "no text"},
+		{[]string{"tts", "--model", lm, "--codec", codec, "--voice", ref, "?!", "-o", out}, "nothing to say"},
+		{[]string{"tts", "--model", lm, "--codec", lm, "--voice", ref, "hi", "-o", out, "--voice-cache", ""}, "not MioCodec"},
+	} {
+		if _, stderr, code := runCmd(t, c.args...); code == 0 || !strings.Contains(stderr, c.msg) {
+			t.Errorf("%v: exit %d, %q (want %q)", c.args, code, stderr, c.msg)
+		}
 	}
 }

@@ -609,7 +609,7 @@ for (const v of query.getAll('voices').flatMap((x) => x.split(','))) ensureVoice
 fetch('/v1/voices')
   .then((r) => (r.ok ? r.json() : null))
   .then((list) => {
-    for (const v of list?.voices ?? []) ensureVoiceOption(v);
+    for (const v of list?.processors ?? []) ensureVoiceOption(v);
   })
   .catch(() => {});
 if (query.get('voice')) {

@@ -1,0 +1,246 @@
+package miotts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/internal/embcache"
+	"github.com/voxpipe/voxpipe/models/miocodec"
+)
+
+// ErrNothingToSay is returned for text with no letters or digits.
+var ErrNothingToSay = errors.New("miotts: the text has nothing to say (no letters or digits)")
+
+// ErrNoVoice is returned when a request names no voice and no default is configured.
+var ErrNoVoice = errors.New("miotts: no voice: give a reference clip or configure a default voice")
+
+// VoiceSource finds a voice's reference clip by name (a voice library id, a preset or a
+// file the operator configured). It returns an error wrapping stream.ErrUnknownVoice-like
+// sentinels as it sees fit; TTS passes it through.
+type VoiceSource func(name string) (clip []float32, rate int, err error)
+
+// TTS is MioTTS with the MioCodec decoder and speaker encoder: text in, 44.1 kHz audio out,
+// streamed while the language model generates. Safe for concurrent use.
+type TTS struct {
+	LM      *LM
+	Codec   *miocodec.Decoder
+	Speaker *miocodec.SpeakerEncoder
+	Voices  VoiceSource // resolves SynthRequest voices; nil: only DefaultVoice clips
+	// DefaultVoice is used when a request names none ("" means requests must name one).
+	DefaultVoice string
+	Embeddings   *embcache.Cache
+	Stream       miocodec.StreamOptions
+	// FirstCore is the first codec window's core and right context in tokens, so the first
+	// audio comes after 2·FirstCore tokens rather than a whole window (DefaultFirstCore;
+	// < 0 turns it off).
+	FirstCore int
+	codecID   string
+}
+
+// DefaultFirstCore starts audio after 8 tokens (320 ms of speech): at real-time decode
+// speed that is about 0.2 s after prefill. The first 4 tokens then see 4 tokens of future
+// instead of the usual context; later windows are unaffected.
+const DefaultFirstCore = 4
+
+// Options configure Load.
+type Options struct {
+	VoiceCacheDir string // "" keeps speaker embeddings in memory only
+	Stream        miocodec.StreamOptions
+	FirstCore     int // see TTS.FirstCore; 0: DefaultFirstCore
+}
+
+// Load opens the MioTTS LM and the MioCodec file.
+func Load(lmPath, codecPath string, backend engine.Backend, opt Options) (*TTS, error) {
+	lm, err := LoadLM(lmPath, backend)
+	if err != nil {
+		return nil, err
+	}
+	t := &TTS{LM: lm, Stream: opt.Stream, FirstCore: opt.FirstCore}
+	if t.FirstCore == 0 {
+		t.FirstCore = DefaultFirstCore
+	}
+	fail := func(err error) (*TTS, error) {
+		t.Close()
+		return nil, err
+	}
+	cf, err := gguf.OpenModel(codecPath)
+	if err != nil {
+		return fail(fmt.Errorf("miotts: codec: %w", err))
+	}
+	defer cf.Close()
+	if fam, err := cf.File.KV.String("audiocpp.model_spec.family"); err == nil && fam != "miocodec" {
+		return fail(fmt.Errorf("miotts: codec %s is a %q model, not MioCodec", codecPath, fam))
+	}
+	if t.Codec, err = miocodec.LoadDecoder(cf, backend); err != nil {
+		return fail(err)
+	}
+	if t.Speaker, err = miocodec.NewSpeakerEncoder(cf, t.Codec.Config.GlobalSSLLayers, backend); err != nil {
+		return fail(err)
+	}
+	if t.Embeddings, err = embcache.New(opt.VoiceCacheDir); err != nil {
+		return fail(err)
+	}
+	name, _ := cf.File.KV.String("general.name")
+	t.codecID = fmt.Sprintf("miocodec:%s:%d", name, cf.Len())
+	return t, nil
+}
+
+// Close frees everything.
+func (t *TTS) Close() {
+	if t.Speaker != nil {
+		t.Speaker.Close()
+	}
+	if t.Codec != nil {
+		t.Codec.Close()
+	}
+	if t.LM != nil {
+		t.LM.Close()
+	}
+}
+
+// SampleRate is the output rate (44.1 kHz for the published codec).
+func (t *TTS) SampleRate() int { return t.Codec.Config.SampleRate }
+
+// Embed computes (or finds in the cache) the speaker embedding of a reference clip.
+func (t *TTS) Embed(clip []float32, rate int) ([]float32, error) {
+	return t.Embeddings.Get(embcache.Key(t.codecID, clip, rate), func() ([]float32, error) {
+		return t.Speaker.Embedding(clip, rate)
+	})
+}
+
+// Request is one synthesis.
+type Request struct {
+	Text  string
+	Voice string    // resolved through Voices; "" is DefaultVoice
+	Clip  []float32 // a reference clip given directly (overrides Voice)
+	Rate  int       // Clip's sample rate
+	// Embedding is a speaker embedding from Embed (overrides Clip and Voice).
+	Embedding []float32
+	Gen       GenOptions
+}
+
+// Chunk is audio ready to play.
+type Chunk struct {
+	Samples []float32 // at SampleRate; the receiver may keep it
+	Final   bool
+}
+
+// Stats describe one synthesis.
+type Stats struct {
+	Pieces       int
+	Tokens       int
+	Samples      int
+	FirstAudio   time.Duration // request → first samples handed to out
+	Embed        time.Duration
+	Prefill      time.Duration
+	Decode       time.Duration // LM decode steps
+	Codec        time.Duration // codec windows
+	CodecSamples int
+}
+
+// Synthesize speaks req.Text, calling out with audio as soon as each codec window is
+// decoded. Long text is split at sentence boundaries and spoken piece by piece; ctx ending
+// or out failing stops compute within one LM step or codec window.
+func (t *TTS) Synthesize(ctx context.Context, req Request, out func(Chunk) error) (Stats, error) {
+	var st Stats
+	start := time.Now()
+	text := Normalize(req.Text)
+	if !Speakable(text) {
+		return st, ErrNothingToSay
+	}
+	pieces := SplitText(text, MaxChunkRunes)
+	emb, err := t.voice(req)
+	if err != nil {
+		return st, err
+	}
+	st.Embed = time.Since(start)
+	emit := func(samples []float32, final bool) error {
+		if len(samples) == 0 && !final {
+			return nil
+		}
+		if st.FirstAudio == 0 && len(samples) > 0 {
+			st.FirstAudio = time.Since(start)
+		}
+		st.Samples += len(samples)
+		return out(Chunk{Samples: samples, Final: final})
+	}
+	for i, piece := range pieces {
+		if !Speakable(piece) {
+			continue
+		}
+		st.Pieces++
+		if err := t.speakPiece(ctx, piece, emb, req.Gen, &st, func(s []float32, last bool) error {
+			return emit(s, last && i == len(pieces)-1)
+		}); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+func (t *TTS) voice(req Request) ([]float32, error) {
+	if req.Embedding != nil {
+		return req.Embedding, nil
+	}
+	if req.Clip != nil {
+		return t.Embed(req.Clip, req.Rate)
+	}
+	name := req.Voice
+	if name == "" {
+		name = t.DefaultVoice
+	}
+	if name == "" {
+		return nil, ErrNoVoice
+	}
+	if t.Voices == nil {
+		return nil, fmt.Errorf("miotts: voice %q: no voice library is configured", name)
+	}
+	clip, rate, err := t.Voices(name)
+	if err != nil {
+		return nil, err
+	}
+	return t.Embed(clip, rate)
+}
+
+func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen GenOptions, st *Stats, out func([]float32, bool) error) error {
+	so := t.Stream
+	if t.FirstCore > 0 {
+		so.FirstCore, so.FirstContext = t.FirstCore, t.FirstCore
+	}
+	cs, err := t.Codec.NewStream(emb, so)
+	if err != nil {
+		return err
+	}
+	var one [1]int32
+	var inGen time.Duration // codec time spent inside the LM's decode loop
+	gs, err := t.LM.Generate(ctx, text, gen, func(code int32) error {
+		one[0] = code
+		t0 := time.Now()
+		audio, err := cs.Push(one[:])
+		inGen += time.Since(t0)
+		st.CodecSamples += len(audio)
+		if err != nil {
+			return err
+		}
+		return out(audio, false)
+	})
+	st.Tokens += gs.Tokens
+	st.Prefill += gs.Prefill
+	st.Decode += gs.Decode - inGen
+	st.Codec += inGen
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	audio, err := cs.Flush()
+	st.Codec += time.Since(t0)
+	st.CodecSamples += len(audio)
+	if err != nil {
+		return err
+	}
+	return out(audio, true)
+}
