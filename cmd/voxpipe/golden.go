@@ -12,12 +12,16 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/models/meanvc2"
+	"github.com/voxpipe/voxpipe/models/miocodec"
 	"github.com/voxpipe/voxpipe/models/miotts"
 )
 
 // goldenFamilies run every case of one family's golden folder against its model file.
 var goldenFamilies = map[string]func(r *parity.Run, be engine.Backend) error{
-	"miotts": miotts.Golden,
+	"miotts":   miotts.Golden,
+	"miocodec": miocodec.Golden,
+	"meanvc2":  meanvc2.Golden,
 }
 
 func goldenFamilyNames() string {

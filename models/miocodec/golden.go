@@ -320,3 +320,16 @@ func goldenEncode(r *parity.Run, e *Encoder) {
 	r.CheckI32("encode.token_indices", enc.Tokens)
 	r.Check("encode.content_embedding", enc.Content, tolStage)
 }
+
+// Golden checks every case of a MioCodec golden folder (token decode, windows, encode and
+// the speaker path) against the model in the same folder.
+func Golden(r *parity.Run, backend engine.Backend) error {
+	m, err := gguf.OpenModel(r.ModelPath())
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	GoldenDecode(r, m, backend)
+	GoldenGlobal(r, m, backend)
+	return nil
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/binary"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/internal/golden"
+)
+
+// rewriteCases copies a family's golden folder, letting edit change the cases' tensors.
+func rewriteCases(t *testing.T, family string, edit func([]gguf.WriteTensor) []gguf.WriteTensor) string {
+	t.Helper()
+	src := golden.Path(t, family)
+	root := t.TempDir()
+	dst := filepath.Join(root, family)
+	os.MkdirAll(dst, 0o755)
+	if err := os.Symlink(filepath.Join(src, "model.gguf"), filepath.Join(dst, "model.gguf")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Open(filepath.Join(src, "cases.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ts []gguf.WriteTensor
+	for _, ti := range f.Tensors {
+		raw, info, err := f.TensorData(ti.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, gguf.WriteTensor{Name: ti.Name, Shape: info.Shape(), Type: info.Type, Raw: raw})
+	}
+	out, err := os.Create(filepath.Join(dst, "cases.gguf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := gguf.Write(out, f.KV, edit(ts)); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func TestGoldenCommand(t *testing.T) {
+	golden.Path(t, "miotts")
+	stdout, stderr, code := runCmd(t, "golden", "--family", "miotts")
+	if code != 0 || !strings.Contains(stdout, "0 failed") || !strings.Contains(stdout, "lm.greedy.ids") {
+		t.Fatalf("golden miotts: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	// A case nobody checks fails the run, and so does a stage whose expected values differ.
+	extra := rewriteCases(t, "miotts", func(ts []gguf.WriteTensor) []gguf.WriteTensor {
+		return append(ts, gguf.WriteTensor{Name: "lm.future.case", Shape: []int{2}, Data: []float32{1, 2}})
+	})
+	stdout, _, code = runCmd(t, "golden", "--family", "miotts", "--dir", extra)
+	if code == 0 || !strings.Contains(stdout, "FAIL lm.future.case") || !strings.Contains(stdout, "unknown case") {
+		t.Errorf("unknown case: exit %d\n%s", code, stdout)
+	}
+	wrong := rewriteCases(t, "miotts", func(ts []gguf.WriteTensor) []gguf.WriteTensor {
+		for i, tt := range ts {
+			if tt.Name == "lm.prefill.logits_full" {
+				raw := append([]byte(nil), tt.Raw...)
+				v := math.Float32frombits(binary.LittleEndian.Uint32(raw))
+				binary.LittleEndian.PutUint32(raw, math.Float32bits(v+1))
+				ts[i].Raw = raw
+			}
+		}
+		return ts
+	})
+	stdout, _, code = runCmd(t, "golden", "--family", "miotts", "--dir", wrong)
+	if code == 0 || !strings.Contains(stdout, "FAIL lm.prefill.logits_full") {
+		t.Errorf("changed expectation: exit %d\n%s", code, stdout)
+	}
+	if _, stderr, code := runCmd(t, "golden", "--family", "nope"); code == 0 || !strings.Contains(stderr, "meanvc2, miocodec, miotts") {
+		t.Errorf("unknown family: exit %d %s", code, stderr)
+	}
+	if _, stderr, code := runCmd(t, "golden", "--family", "miotts", "--dir", t.TempDir()); code == 0 || !strings.Contains(stderr, "cases.gguf") {
+		t.Errorf("missing folder: exit %d %s", code, stderr)
+	}
+}
