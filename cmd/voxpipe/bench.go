@@ -19,6 +19,7 @@ import (
 )
 
 var benches = map[string]func(args []string, stdout, stderr io.Writer) error{
+	"miotts":   runBenchMioTTS,
 	"loopback": runBenchLoopback,
 	"planner":  runBenchPlanner,
 	"gemm":     runBenchGemm,
@@ -34,7 +35,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
   planner   memory plan of a model-shaped graph: arena vs naive bytes, persistent bytes
   gemm      our matmul against OpenBLAS called directly, GFLOP/s at model shapes
   gemv      one decode-step Linear (1×1024×3072) with F32, F16, Q8_0 (and Q8_0R8) weights: µs and GB/s
-  dispatch  engine overhead per node on a graph of 1000 tiny ops`)
+  dispatch  engine overhead per node on a graph of 1000 tiny ops
+  miotts    MioTTS + MioCodec: prefill, decode tokens/s, speaker embedding, codec RTF, time to first audio, peak RSS`)
 		return errors.New("unknown or missing benchmark")
 	}
 	return benches[args[0]](args[1:], stdout, stderr)

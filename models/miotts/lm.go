@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
@@ -34,6 +35,51 @@ type LM struct {
 	imStart   int32
 	imEnd     int32
 	rows      []int32 // candidate vocabulary rows: speech ids, then EOS
+
+	mu   sync.Mutex
+	idle []*qwen3.Session // finished sessions kept with their compiled programs
+}
+
+// maxIdle bounds the sessions kept for reuse (each holds a KV cache).
+const maxIdle = 4
+
+// session returns an idle session with room for n positions, or a new one (its capacity
+// rounded up so it can serve later requests too).
+func (lm *LM) session(n int) (*qwen3.Session, error) {
+	lm.mu.Lock()
+	for i, s := range lm.idle {
+		if s.MaxTokens() >= n {
+			lm.idle = append(lm.idle[:i], lm.idle[i+1:]...)
+			lm.mu.Unlock()
+			return s, nil
+		}
+	}
+	lm.mu.Unlock()
+	c := (n + 255) / 256 * 256
+	if mp := lm.Model.Config.MaxPos; mp > 0 {
+		c = min(c, mp)
+	}
+	s, err := lm.Model.NewSession(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.SetOutputRows(lm.rows); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// release keeps a finished session for reuse, or closes it when enough are kept.
+func (lm *LM) release(s *qwen3.Session) {
+	s.Reset()
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	if len(lm.idle) < maxIdle {
+		lm.idle = append(lm.idle, s)
+		return
+	}
+	s.Close()
 }
 
 // LoadLM opens a MioTTS GGUF in the audio.cpp packaging (Hugging Face tensor names, embedded
@@ -128,6 +174,12 @@ func maxNewTokens(genJSON []byte) (int, bool) {
 
 // Close frees the model weights.
 func (lm *LM) Close() {
+	lm.mu.Lock()
+	for _, s := range lm.idle {
+		s.Close()
+	}
+	lm.idle = nil
+	lm.mu.Unlock()
 	if lm.Model != nil {
 		lm.Model.Close()
 	}
@@ -202,14 +254,11 @@ func (lm *LM) Generate(ctx context.Context, text string, opt GenOptions, emit fu
 	if err := smp.SetCandidates(lm.rows); err != nil {
 		return st, err
 	}
-	sess, err := lm.Model.NewSession(len(prompt) + maxNew)
+	sess, err := lm.session(len(prompt) + maxNew)
 	if err != nil {
 		return st, fmt.Errorf("miotts: %w", err)
 	}
-	defer sess.Close()
-	if err := sess.SetOutputRows(lm.rows); err != nil {
-		return st, err
-	}
+	defer lm.release(sess)
 	if err := ctx.Err(); err != nil {
 		return st, fmt.Errorf("%w: %w", ErrCanceled, err)
 	}

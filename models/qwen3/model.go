@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
@@ -143,6 +144,15 @@ type Model struct {
 	norm    *engine.Buffer
 	layers  []layerBuffers
 	bufs    []*engine.Buffer // every buffer, for Close
+
+	mu         sync.Mutex
+	restricted []restrictedHead // output heads made by SetOutputRows, shared by sessions
+}
+
+// restrictedHead is the head for one row set: gathered once per model, not per session.
+type restrictedHead struct {
+	rows []int32
+	buf  *engine.Buffer
 }
 
 // ParseConfig reads a Hugging Face config.json. An eos_token_id list keeps its first id;
@@ -292,6 +302,46 @@ func (m *Model) Close() {
 		b.Free()
 	}
 	m.bufs = nil
+	m.mu.Lock()
+	for _, h := range m.restricted {
+		h.buf.Free()
+	}
+	m.restricted = nil
+	m.mu.Unlock()
+}
+
+// restrictedHead returns the output head holding rows, in that order, making it on first
+// use. The rows are copied as stored, so a quantised head stays quantised (Q8_0 rows are
+// interleaved for the decode kernel).
+func (m *Model) restrictedHead(rows []int32) (*engine.Buffer, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, h := range m.restricted {
+		if slices.Equal(h.rows, rows) {
+			return h.buf, nil
+		}
+	}
+	hid := m.Config.Hidden
+	dt := m.head.DType()
+	rb := int(m.head.Bytes()) / m.Config.Vocab
+	src := m.head.Raw()
+	data := make([]byte, len(rows)*rb)
+	for i, r := range rows {
+		if r < 0 || int(r) >= m.Config.Vocab {
+			return nil, fmt.Errorf("qwen3: output row %d outside the vocabulary of %d", r, m.Config.Vocab)
+		}
+		copy(data[i*rb:(i+1)*rb], src[int(r)*rb:(int(r)+1)*rb])
+	}
+	if dt == engine.Q8_0 {
+		dt = engine.Q8_0R8
+	}
+	buf, err := engine.NewBufferRaw("lm_head.restricted", dt, data, int64(len(rows)), int64(hid))
+	if err != nil {
+		return nil, err
+	}
+	// Kept until Close: sessions may hold it, and callers use one or two row sets.
+	m.restricted = append(m.restricted, restrictedHead{slices.Clone(rows), buf})
+	return buf, nil
 }
 
 // Session is one generation: a KV cache of MaxT positions and the programs compiled for it.
@@ -339,6 +389,9 @@ func (m *Model) NewSession(maxTokens int) (*Session, error) {
 	return s, nil
 }
 
+// MaxTokens is the session's KV cache capacity in positions.
+func (s *Session) MaxTokens() int { return s.maxT }
+
 // Pos is the number of positions in the KV cache.
 func (s *Session) Pos() int { return s.pos }
 
@@ -350,10 +403,7 @@ func (s *Session) Close() {
 	if s.cache != nil {
 		s.cache.Close()
 	}
-	if s.head != nil {
-		s.head.Free()
-		s.head = nil
-	}
+	s.head = nil // owned by the model
 	for _, b := range s.kc {
 		b.Free()
 	}
@@ -437,7 +487,8 @@ func (s *Session) Hidden(name string) []float32 { return s.hidden[name] }
 
 // SetOutputRows restricts the logits to the given vocabulary rows, in that order (for
 // MioTTS: the speech tokens and EOS), so the output head multiplies R rows instead of the
-// whole vocabulary; nil restores the full vocabulary. The compiled programs are dropped
+// whole vocabulary; nil restores the full vocabulary. The head for a row set is made once
+// per model and shared by its sessions. Changing the head drops the compiled programs
 // (they are rebuilt for the new head); the KV cache is kept.
 func (s *Session) SetOutputRows(rows []int32) error {
 	if s.cache == nil {
@@ -448,31 +499,15 @@ func (s *Session) SetOutputRows(rows []int32) error {
 		if len(rows) == 0 {
 			return fmt.Errorf("qwen3: empty output row set")
 		}
-		// The rows are copied as stored, so a quantised head stays quantised (Q8_0 rows are
-		// interleaved for the decode kernel).
-		hid := s.m.Config.Hidden
-		dt := s.m.head.DType()
-		rb := int(s.m.head.Bytes()) / s.m.Config.Vocab
-		src := s.m.head.Raw()
-		data := make([]byte, len(rows)*rb)
-		for i, r := range rows {
-			if r < 0 || int(r) >= s.m.Config.Vocab {
-				return fmt.Errorf("qwen3: output row %d outside the vocabulary of %d", r, s.m.Config.Vocab)
-			}
-			copy(data[i*rb:(i+1)*rb], src[int(r)*rb:(int(r)+1)*rb])
-		}
 		var err error
-		if dt == engine.Q8_0 {
-			dt = engine.Q8_0R8
-		}
-		if head, err = engine.NewBufferRaw("lm_head.restricted", dt, data, int64(len(rows)), int64(hid)); err != nil {
+		if head, err = s.m.restrictedHead(rows); err != nil {
 			return err
 		}
 	}
-	s.cache.Close()
-	if s.head != nil {
-		s.head.Free()
+	if head == s.head {
+		return nil // same head: the compiled programs stay valid
 	}
+	s.cache.Close()
 	s.head = head
 	return nil
 }
