@@ -331,6 +331,9 @@ func (m *Model) Get(name string) ([]float32, []int, error) {
 		return nil, nil, fmt.Errorf("gguf: tensor %q: %w", t.FullName, err)
 	}
 	data, err := dequantTensor(raw, t.Info)
+	if m.File.unmap != nil {
+		dropPages(raw) // the values are copied out: the file's pages need not stay resident
+	}
 	if err != nil {
 		if t.Info.Name != t.FullName {
 			return nil, nil, fmt.Errorf("%w (logical name %q)", err, t.FullName)
@@ -352,6 +355,15 @@ func (m *Model) Raw(name string) ([]byte, DType, []int, error) {
 		return nil, 0, nil, fmt.Errorf("gguf: tensor %q: %w", t.FullName, err)
 	}
 	return raw, t.Info.Type, append([]int{}, t.Shape...), nil
+}
+
+// Done tells the model a loader has copied a tensor returned by Raw: its file pages leave
+// the process's resident memory (reading raw again still works; it is read back from the
+// file).
+func (m *Model) Done(raw []byte) {
+	if m.File.unmap != nil {
+		dropPages(raw)
+	}
 }
 
 // GetInt32 returns an I32 tensor's values (token ids, positions in test cases) and its shape.

@@ -236,6 +236,9 @@ func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model,
 				dt = engine.Q8_0R8
 			}
 			b, err = engine.NewBufferRaw(name, dt, k.raw, shape...)
+			if d, ok := keep.raw.(interface{ Done([]byte) }); ok {
+				d.Done(k.raw) // copied: the file's pages can leave memory
+			}
 			delete(keep.kept, name)
 		} else {
 			b, err = engine.NewBufferFrom(name, t.Data, shape...)
