@@ -114,6 +114,30 @@ func TestSynthesizeInputs(t *testing.T) {
 	if _, err := tts.Synthesize(ctx, Request{Text: "Hello.", Clip: silent, Rate: rate}, discard); err == nil || !strings.Contains(err.Error(), "silent") {
 		t.Errorf("silent clip: %v", err)
 	}
+	// A reference longer than 20 s is trimmed to its first 20 s (as the reference does):
+	// the embedding is that of the first 20 s (up to the resampler's edge at the cut).
+	long25 := make([]float32, 0, 25*rate)
+	for len(long25) < 20*rate {
+		long25 = append(long25, clip...)
+	}
+	long25 = long25[:20*rate]
+	for i := range 5 * rate { // then 5 s of a quiet hum that would change the voice if kept
+		long25 = append(long25, float32(0.05*math.Sin(2*math.Pi*90*float64(i)/float64(rate))))
+	}
+	e25, err := tts.Embed(long25, rate)
+	if err != nil {
+		t.Fatalf("25 s reference: %v", err)
+	}
+	e20, err := tts.Embed(long25[:20*rate], rate)
+	var dot, n25, n20 float64
+	for i := range e25 {
+		dot += float64(e25[i]) * float64(e20[i])
+		n25 += float64(e25[i]) * float64(e25[i])
+		n20 += float64(e20[i]) * float64(e20[i])
+	}
+	if cos := dot / math.Sqrt(n25*n20); err != nil || cos < 0.999 {
+		t.Errorf("25 s reference vs its first 20 s: cosine %.5f (%v)", cos, err)
+	}
 	// Mixed Japanese/English and a 10 000-character text: split into pieces, each spoken.
 	st, err := tts.Synthesize(ctx, Request{Text: "日本語 and English mixed テキストです。", Clip: clip, Rate: rate, Gen: GenOptions{MaxNew: 10}}, discard)
 	if err != nil || st.Pieces != 1 {
