@@ -6,7 +6,7 @@ LISTEN  ?= localhost:8080
 BUILD_PKGS := libopus-dev libopusfile-dev libopenblas-dev pkg-config gcc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run build test test-go test-web bench fuzz deps test-deps clean
+.PHONY: run build test test-go test-web bench bench-models fuzz deps test-deps clean
 
 run: build ## build and start the server on http://localhost:8080 (LISTEN=host:port to change)
 	./$(BIN) serve --listen $(LISTEN)
@@ -36,8 +36,18 @@ test-go: deps
 test-web: test-deps build
 	node --test web/e2e/
 
-bench: build ## benchmarks: Go microbenchmarks, the engine (gemm, planner, dispatch), the WebRTC loopback
+# Random-weight models at the published sizes for the model benchmarks (made once, ≈ 4.5 GB).
+BENCH_MODELS ?= .bench-models
+bench-models: build
+	@mkdir -p $(BENCH_MODELS)
+	@[ -f $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf ] || ./$(BIN) mkmodel --family miotts --size 0.6b --dtype q8_0 --out $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf
+	@[ -f $(BENCH_MODELS)/miotts-0.6b-f32.gguf ] || ./$(BIN) mkmodel --family miotts --size 0.6b --dtype f32 --out $(BENCH_MODELS)/miotts-0.6b-f32.gguf
+	@[ -f $(BENCH_MODELS)/miocodec.gguf ] || ./$(BIN) mkmodel --family miocodec --out $(BENCH_MODELS)/miocodec.gguf
+
+bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the models at real size, the WebRTC loopback
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
+	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
+	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
 	./$(BIN) bench gemm --json
 	./$(BIN) bench planner --graph wavlm-large --seconds 10 --json
 	./$(BIN) bench planner --graph wavlm-large --seconds 30 --json
@@ -51,6 +61,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeMessage -fuzztime $${FUZZTIME:-30s} ./rtc
 	$(GO) test -run '^$$' -fuzz FuzzCheckOffer -fuzztime $${FUZZTIME:-30s} ./rtc
 	$(GO) test -run '^$$' -fuzz FuzzEncode -fuzztime $${FUZZTIME:-30s} ./models/bpe
+	$(GO) test -run '^$$' -fuzz FuzzDecodeClientMessage -fuzztime $${FUZZTIME:-30s} ./rtc/tts
+	$(GO) test -run '^$$' -fuzz FuzzUpload -fuzztime $${FUZZTIME:-30s} ./rtc/voicelib
 
 clean:
-	rm -rf bin
+	rm -rf bin $(BENCH_MODELS)
