@@ -63,9 +63,9 @@ type Fbank struct {
 	window   []float64
 	melLo    []int       // first FFT bin of each mel filter
 	melW     [][]float64 // its weights from melLo on
-	fft      *fbankFFT
-	buf      []float64 // one frame, zero-padded to nfft
-	re, im   []float64
+	fft      *FFT
+	buf      []float64    // one frame, zero-padded to nfft
+	in, spec []complex128 // the FFT's input and output
 	power    []float64
 }
 
@@ -97,10 +97,10 @@ func NewFbank(cfg FbankConfig) (*Fbank, error) {
 	if err := f.melBanks(); err != nil {
 		return nil, err
 	}
-	f.fft = newFbankFFT(f.nfft)
+	f.fft = NewFFT(f.nfft)
 	f.buf = make([]float64, f.nfft)
-	f.re = make([]float64, f.nfft)
-	f.im = make([]float64, f.nfft)
+	f.in = make([]complex128, f.nfft)
+	f.spec = make([]complex128, f.nfft)
 	f.power = make([]float64, f.nfft/2)
 	return f, nil
 }
@@ -166,15 +166,15 @@ func (f *Fbank) Frame(dst, samples []float32) {
 		x[0] -= p * x[0]
 	}
 	for i := range x {
-		f.re[i] = x[i] * f.window[i]
-		f.im[i] = 0
+		f.in[i] = complex(x[i]*f.window[i], 0)
 	}
 	for i := n; i < f.nfft; i++ {
-		f.re[i], f.im[i] = 0, 0
+		f.in[i] = 0
 	}
-	f.fft.transform(f.re, f.im)
+	f.fft.Forward(f.spec, f.in)
 	for k := range f.power {
-		p := f.re[k]*f.re[k] + f.im[k]*f.im[k]
+		re, im := real(f.spec[k]), imag(f.spec[k])
+		p := re*re + im*im
 		if !cfg.UsePower {
 			p = math.Sqrt(p)
 		}
@@ -265,52 +265,4 @@ func (f *Fbank) melBanks() error {
 		f.melLo[b], f.melW[b] = lo, ws
 	}
 	return nil
-}
-
-// fbankFFT is an in-place iterative radix-2 complex FFT of a fixed power-of-two size.
-type fbankFFT struct {
-	n        int
-	rev      []int
-	cos, sin []float64 // twiddles e^{-2πik/n}, k < n/2
-}
-
-func newFbankFFT(n int) *fbankFFT {
-	t := &fbankFFT{n: n, rev: make([]int, n), cos: make([]float64, n/2), sin: make([]float64, n/2)}
-	shift := bits.UintSize - bits.Len(uint(n-1))
-	for i := range n {
-		t.rev[i] = int(bits.Reverse(uint(i)) >> shift)
-	}
-	if n == 1 {
-		t.rev[0] = 0
-	}
-	for k := range n / 2 {
-		a := -2 * math.Pi * float64(k) / float64(n)
-		t.cos[k], t.sin[k] = math.Cos(a), math.Sin(a)
-	}
-	return t
-}
-
-// transform replaces (re, im) by its discrete Fourier transform.
-func (t *fbankFFT) transform(re, im []float64) {
-	n := t.n
-	for i, j := range t.rev {
-		if i < j {
-			re[i], re[j] = re[j], re[i]
-			im[i], im[j] = im[j], im[i]
-		}
-	}
-	for size := 2; size <= n; size <<= 1 {
-		half, step := size/2, n/size
-		for start := 0; start < n; start += size {
-			for k := range half {
-				wr, wi := t.cos[k*step], t.sin[k*step]
-				a, b := start+k, start+k+half
-				xr := re[b]*wr - im[b]*wi
-				xi := re[b]*wi + im[b]*wr
-				re[b], im[b] = re[a]-xr, im[a]-xi
-				re[a] += xr
-				im[a] += xi
-			}
-		}
-	}
 }

@@ -37,27 +37,6 @@ func TestFbankFrameCount(t *testing.T) {
 }
 
 // TestFbankFFT compares the radix-2 FFT with a direct DFT.
-func TestFbankFFT(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{2, 8, 512} {
-		re, im := make([]float64, n), make([]float64, n)
-		x := make([]complex128, n)
-		for i := range x {
-			re[i], im[i] = rng.NormFloat64(), rng.NormFloat64()
-			x[i] = complex(re[i], im[i])
-		}
-		newFbankFFT(n).transform(re, im)
-		for k := range n {
-			var s complex128
-			for j, v := range x {
-				s += v * cmplx.Exp(complex(0, -2*math.Pi*float64(j*k)/float64(n)))
-			}
-			if d := cmplx.Abs(s - complex(re[k], im[k])); d > 1e-9*float64(n) {
-				t.Fatalf("n=%d bin %d: FFT %v, DFT %v", n, k, complex(re[k], im[k]), s)
-			}
-		}
-	}
-}
 
 // TestFbankSilence: no energy, whether zeros or a constant (DC is removed per frame), gives
 // the log floor ln(float32 eps) in every bin.

@@ -22,7 +22,7 @@ import (
 type ISTFT struct {
 	nFFT, hop int
 	window    []float64 // nFFT long (a shorter window is zero-padded in the centre)
-	fft       *istftPlan
+	fft       *FFT
 	spec      []complex128 // full Hermitian spectrum of one frame
 	time      []complex128 // its inverse
 	acc, env  []float64    // padded positions [frames·hop, frames·hop+nFFT)
@@ -46,7 +46,7 @@ func NewISTFT(nFFT, hop int, window []float32) (*ISTFT, error) {
 		nFFT:   nFFT,
 		hop:    hop,
 		window: make([]float64, nFFT),
-		fft:    newISTFTPlan(nFFT),
+		fft:    NewFFT(nFFT),
 		spec:   make([]complex128, nFFT),
 		time:   make([]complex128, nFFT),
 		acc:    make([]float64, nFFT),
@@ -105,7 +105,7 @@ func (s *ISTFT) Push(re, im []float32, out []float32) (int, error) {
 	for k := nb; k < n; k++ {
 		s.spec[k] = cmplx.Conj(s.spec[n-k])
 	}
-	s.fft.inverse(s.time, s.spec)
+	s.fft.Inverse(s.time, s.spec)
 	scale := 1 / float64(n)
 	for i := range n {
 		w := s.window[i]
@@ -191,73 +191,4 @@ func (s *ISTFT) Inverse(re, im []float32, frames int, out []float32) ([]float32,
 		return nil, fmt.Errorf("istft: produced %d samples, want %d", pos, total)
 	}
 	return out, nil
-}
-
-// istftPlan is a mixed-radix complex FFT of one size (decimation in time, any factors;
-// O(n·Σp) for n = Πp, so O(n log n) for the smooth sizes STFTs use), computing the inverse
-// transform without the 1/n scaling. Its tables and scratch are made once.
-type istftPlan struct {
-	n       int
-	factors []int
-	tw      []complex128 // tw[i] = exp(+2πi·i/n)
-	tmp     []complex128 // one butterfly's inputs (largest factor)
-}
-
-func newISTFTPlan(n int) *istftPlan {
-	p := &istftPlan{n: n, tw: make([]complex128, n)}
-	for r := n; r > 1; {
-		f := 2
-		for r%f != 0 {
-			if f*f > r {
-				f = r
-				break
-			}
-			f++
-		}
-		p.factors = append(p.factors, f)
-		r /= f
-	}
-	big := 1
-	for _, f := range p.factors {
-		big = max(big, f)
-	}
-	p.tmp = make([]complex128, big)
-	for i := range p.tw {
-		a := 2 * math.Pi * float64(i) / float64(n)
-		p.tw[i] = complex(math.Cos(a), math.Sin(a))
-	}
-	return p
-}
-
-// inverse sets out[k] = Σ_j in[j]·exp(+2πi·jk/n). out and in must not overlap.
-func (p *istftPlan) inverse(out, in []complex128) {
-	p.rec(out, in, 0, 1, p.n, 0)
-}
-
-// rec transforms the n inputs in[off + j·stride] into out[0:n] using factors[fi:].
-func (p *istftPlan) rec(out, in []complex128, off, stride, n, fi int) {
-	if n == 1 {
-		out[0] = in[off]
-		return
-	}
-	r := p.factors[fi]
-	m := n / r
-	// r interleaved sub-transforms of size m, written to consecutive blocks of out.
-	for j := range r {
-		p.rec(out[j*m:(j+1)*m], in, off+j*stride, stride*r, m, fi+1)
-	}
-	step := p.n / n // tw index of exp(2πi/n)
-	for k := range m {
-		for j := range r {
-			p.tmp[j] = out[j*m+k] * p.tw[(j*k*step)%p.n]
-		}
-		// Size-r DFT of tmp into the same r positions k + q·m.
-		for q := range r {
-			var acc complex128
-			for j := range r {
-				acc += p.tmp[j] * p.tw[((j*q)%r)*(p.n/r)]
-			}
-			out[k+q*m] = acc
-		}
-	}
 }

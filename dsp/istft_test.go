@@ -153,28 +153,6 @@ func TestISTFTRoundTrip(t *testing.T) {
 	}
 }
 
-func TestISTFTFFT(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 6))
-	for _, n := range []int{1, 2, 3, 6, 7, 12, 25, 49, 640} {
-		p := newISTFTPlan(n)
-		in, out := make([]complex128, n), make([]complex128, n)
-		for i := range in {
-			in[i] = complex(rng.NormFloat64(), rng.NormFloat64())
-		}
-		p.inverse(out, in)
-		for k := range n {
-			var want complex128
-			for j := range n {
-				a := 2 * math.Pi * float64(j*k%n) / float64(n)
-				want += in[j] * complex(math.Cos(a), math.Sin(a))
-			}
-			if d := abs128(out[k] - want); d > 1e-9*float64(n) {
-				t.Fatalf("n=%d bin %d: %v, want %v", n, k, out[k], want)
-			}
-		}
-	}
-}
-
 func abs128(c complex128) float64 { return math.Hypot(real(c), imag(c)) }
 
 func TestISTFTNoAllocs(t *testing.T) {
