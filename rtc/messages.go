@@ -36,6 +36,7 @@ type Message struct {
 	// session
 	Mode        string             `json:"mode,omitempty"`
 	Voice       string             `json:"voice,omitempty"`
+	Ref         string             `json:"ref,omitempty"` // reference clip of a voice that takes one
 	Params      map[string]float64 `json:"params,omitempty"`
 	Passthrough *bool              `json:"passthrough,omitempty"`
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -35,6 +36,8 @@ type peer struct {
 	voiceName   string
 	voice       stream.Processor // the selected voice, kept while passthrough stands in for it
 	passthrough bool
+	ref         string             // the session's reference clip (voices that take one)
+	owned       []stream.Processor // processors made for this session and not yet closed
 
 	jbMu sync.Mutex
 	jb   *buffers.JitterBuffer
@@ -58,7 +61,7 @@ func newPeer(s *Server, id string, conn *websocket.Conn, log *slog.Logger) *peer
 func (p *peer) run(ctx context.Context) {
 	ctx, p.cancel = context.WithCancel(ctx)
 	defer p.shutdown()
-	proc, err := p.srv.cfg.Voices.New(p.srv.cfg.DefaultVoice)
+	proc, _, err := p.newVoice(p.srv.cfg.DefaultVoice, "", false)
 	if err == nil {
 		p.sess, err = stream.NewSession(stream.Config{IORate: opusRate, MaxQueue: p.srv.cfg.MaxQueue}, p.srv.cfg.DefaultVoice, proc)
 	}
@@ -146,24 +149,47 @@ func (p *peer) handle(ctx context.Context, m Message) bool {
 	return false
 }
 
-// configure applies a session message: voice, params and passthrough.
+// configure applies a session message: voice, reference clip, params and passthrough.
 func (p *peer) configure(m Message) (string, error) {
 	if m.Mode != "" && m.Mode != "vc" {
 		return CodeBadMessage, fmt.Errorf("mode %q is not served on this socket (use \"vc\")", m.Mode)
 	}
+	// Only this goroutine changes voice, voiceName and ref, so they are read without the
+	// lock; a new voice is made outside it (embedding a reference clip can take a while)
+	// so the media loop keeps running meanwhile.
+	voice, name, ref := p.voice, p.voiceName, p.ref
+	var fresh stream.Processor
+	if (m.Voice != "" && m.Voice != name) || (m.Ref != "" && m.Ref != ref) {
+		if m.Voice != "" {
+			name = m.Voice
+		}
+		if m.Ref != "" {
+			ref = m.Ref
+		}
+		v, code, err := p.newVoice(name, ref, m.Ref != "")
+		if err != nil {
+			return code, err
+		}
+		voice, fresh = v, v
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	voice, name := p.voice, p.voiceName
-	if m.Voice != "" && m.Voice != p.voiceName {
-		v, err := p.srv.cfg.Voices.New(m.Voice)
-		if err != nil {
-			if errors.Is(err, stream.ErrUnknownVoice) {
-				return CodeUnknownVoice, err
+	code, err := p.apply(m, voice, name)
+	if err != nil {
+		if fresh != nil { // never installed: only this session held it
+			p.owned = slices.DeleteFunc(p.owned, func(q stream.Processor) bool { return q == fresh })
+			if c, ok := fresh.(interface{ Close() }); ok {
+				c.Close()
 			}
-			return CodeInternal, err
 		}
-		voice, name = v, m.Voice
+		return code, err
 	}
+	p.ref = ref
+	return "", nil
+}
+
+// apply sets params and passthrough and swaps voice in; p.mu is held.
+func (p *peer) apply(m Message, voice stream.Processor, name string) (string, error) {
 	if len(m.Params) > 0 {
 		t, ok := voice.(stream.Tunable)
 		if !ok {
@@ -185,11 +211,66 @@ func (p *peer) configure(m Message) (string, error) {
 		i := voice.Info()
 		next, nextName = stream.NewDelay(i.SampleRate, i.ChunkSize, i.Latency), "passthrough"
 	}
+	old := p.sess.Processor()
 	if err := p.sess.Swap(nextName, next); err != nil {
 		return CodeInternal, err
 	}
 	p.voice, p.voiceName, p.passthrough = voice, name, passthrough
+	// The session may still run the processor it replaced (a crossfade), and the selected
+	// voice is kept while passthrough stands in; everything older is done with.
+	p.release(next, old, voice)
 	return "", nil
+}
+
+// newVoice makes a processor for a voice and reference clip: from NewProcessor if it makes
+// that voice, otherwise from the registry (which takes no reference clip; explicitRef says the
+// client named one for it). It returns the protocol error code with any error.
+func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, string, error) {
+	code := func(err error) string {
+		switch {
+		case errors.Is(err, stream.ErrUnknownVoice):
+			return CodeUnknownVoice
+		case errors.Is(err, ErrBadParams):
+			return CodeBadParams
+		}
+		return CodeInternal
+	}
+	if f := p.srv.cfg.NewProcessor; f != nil {
+		proc, err := f(voice, ref)
+		if err != nil {
+			return nil, code(err), err
+		}
+		if proc != nil {
+			p.owned = append(p.owned, proc)
+			return proc, "", nil
+		}
+	}
+	if explicitRef {
+		return nil, CodeBadParams, fmt.Errorf("voice %q takes no reference clip (ref)", voice)
+	}
+	proc, err := p.srv.cfg.Voices.New(voice)
+	if err != nil {
+		return nil, code(err), err
+	}
+	p.owned = append(p.owned, proc)
+	return proc, "", nil
+}
+
+// release closes the processors this session made, except those in keep, that have a Close
+// method (a model stream holds engine memory until it is closed).
+func (p *peer) release(keep ...stream.Processor) {
+	kept := p.owned[:0]
+	for _, proc := range p.owned {
+		if slices.Contains(keep, proc) {
+			kept = append(kept, proc)
+			continue
+		}
+		if c, ok := proc.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+	clear(p.owned[len(kept):])
+	p.owned = kept
 }
 
 // answer negotiates the peer connection for an offer and sends the answer.
@@ -327,6 +408,9 @@ func (p *peer) shutdown() {
 		}
 	}
 	p.wg.Wait()
+	p.mu.Lock()
+	p.release() // the media loop has stopped: no processor is in use
+	p.mu.Unlock()
 	p.closeSocket(websocket.CloseNormalClosure, "session ended")
 	p.conn.Close()
 }

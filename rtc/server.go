@@ -2,6 +2,7 @@ package rtc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,6 +23,13 @@ import (
 type Config struct {
 	Voices       *stream.Registry // default: stream.NewRegistry()
 	DefaultVoice string           // default "dsp"
+	// NewProcessor, if set, is asked first for every voice a session selects, with the
+	// session's reference clip (a voice library id or name, "" when none was given): voices
+	// whose target is a clip (MeanVC2) are made here. It returns (nil, nil) for a voice it
+	// does not make, which then comes from Voices. Errors wrapping stream.ErrUnknownVoice
+	// reach the client as unknown_voice, those wrapping ErrBadParams as bad_params, others as
+	// internal. A processor with a Close method is closed once the session no longer uses it.
+	NewProcessor func(voice, ref string) (stream.Processor, error)
 	Jitter       buffers.JitterConfig
 	Encoder      EncoderConfig
 	MaxMessage   int64         // bytes; default 256 KiB
@@ -37,6 +45,10 @@ type Config struct {
 	// OnStats, if set, gets every once-a-second stats report (for metrics).
 	OnStats func(StatsMessage)
 }
+
+// ErrBadParams is wrapped by NewProcessor errors that are the client's fault: an unusable
+// reference clip or parameter.
+var ErrBadParams = errors.New("bad parameters")
 
 // Server answers WebSocket signaling at /v1/rtc and runs one peer per socket.
 type Server struct {

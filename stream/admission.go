@@ -89,7 +89,7 @@ func (a *Admission) releaser() func() {
 func (a *Admission) retryAfter() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return max(time.Second, (a.avgHold/2).Round(time.Second))
+	return max(time.Second, (a.avgHold / 2).Round(time.Second))
 }
 
 // AdmissionStats are the current load of an Admission.

@@ -237,4 +237,3 @@ func peakRSSMB() float64 {
 	}
 	return 0
 }
-

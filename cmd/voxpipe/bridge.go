@@ -106,6 +106,7 @@ func findDevice(ctx *malgo.AllocatedContext, kind malgo.DeviceType, want string)
 type bridgeOptions struct {
 	backend, in, out string
 	voice            string
+	vc               vcOptions // MeanVC2 model and reference clip
 	pitch, formant   float64
 	rate             int           // 0: the devices' native rate
 	period           time.Duration // device period
@@ -121,12 +122,13 @@ type bridgeReport struct {
 }
 
 func runBridge(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bridge", "bridge --in DEV --out DEV [--voice dsp] [--pitch N] [--formant N]", stderr)
+	fs := newFlags("bridge", "bridge --in DEV --out DEV [--voice dsp] [--pitch N] [--formant N] | [--model MEANVC2.gguf --ref REF.wav]", stderr)
 	o := bridgeOptions{readout: stderr}
 	fs.StringVar(&o.backend, "backend", "", "audio backend (alsa, pulse, jack, wasapi, coreaudio, null)")
 	fs.StringVar(&o.in, "in", "", "input device: number or part of the name from 'voxpipe devices' (default device if empty)")
 	fs.StringVar(&o.out, "out", "", "output device, e.g. a virtual cable that OBS captures (default device if empty)")
-	fs.StringVar(&o.voice, "voice", "dsp", "voice")
+	fs.StringVar(&o.voice, "voice", "dsp", "voice (meanvc2 with --model)")
+	o.vc.flags(fs)
 	fs.Float64Var(&o.pitch, "pitch", 0, "pitch shift in semitones (dsp voice)")
 	fs.Float64Var(&o.formant, "formant", 0, "formant shift in semitones (dsp voice)")
 	fs.IntVar(&o.rate, "rate", 0, "device sample rate in Hz (0: the device's own)")
@@ -166,10 +168,11 @@ func bridge(ctx context.Context, o bridgeOptions) (*bridgeReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("output: %w", err)
 	}
-	proc, err := stream.NewRegistry().New(o.voice)
+	name, proc, done, err := o.vc.processor(o.voice)
 	if err != nil {
 		return nil, err
 	}
+	defer done() // runs after dev.Uninit, deferred below: no callback uses the model then
 	if err := applyVoiceParams(proc, o.pitch, o.formant); err != nil {
 		return nil, err
 	}
@@ -218,7 +221,7 @@ func bridge(ctx context.Context, o bridgeOptions) (*bridgeReport, error) {
 	}
 	defer dev.Uninit()
 	rate := int(dev.SampleRate())
-	s, err := stream.NewSession(stream.Config{IORate: rate}, o.voice, proc)
+	s, err := stream.NewSession(stream.Config{IORate: rate}, name, proc)
 	if err != nil {
 		return nil, err
 	}

@@ -2,20 +2,28 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/internal/adapt"
+	"github.com/voxpipe/voxpipe/internal/embcache"
+	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/stream"
 )
 
 func runConvert(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("convert", "convert IN.wav OUT.wav [--voice dsp] [--pitch N] [--formant N]", stderr)
-	voice := fs.String("voice", "dsp", "voice to convert to")
+	fs := newFlags("convert", "convert IN.wav OUT.wav [--voice dsp] [--pitch N] [--formant N] | [--model MEANVC2.gguf --ref REF.wav]", stderr)
+	voice := fs.String("voice", "dsp", "voice to convert to (meanvc2 with --model)")
 	pitch := fs.Float64("pitch", 0, "pitch shift in semitones (dsp voice, −12…12)")
 	formant := fs.Float64("formant", 0, "formant shift in semitones (dsp voice, −6…6)")
+	var vc vcOptions
+	vc.flags(fs)
 	quiet := fs.Bool("quiet", false, "no progress output")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -29,10 +37,11 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	proc, err := stream.NewRegistry().New(*voice)
+	name, proc, done, err := vc.processor(*voice)
 	if err != nil {
 		return err
 	}
+	defer done()
 	if err := applyVoiceParams(proc, *pitch, *formant); err != nil {
 		return err
 	}
@@ -41,7 +50,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		progress = progressBar(stderr, in.SampleRate)
 	}
 	start := time.Now()
-	out, err := convertSamples(in.Mono(), in.SampleRate, *voice, proc, progress)
+	out, err := convertSamples(in.Mono(), in.SampleRate, name, proc, progress)
 	if err != nil {
 		return err
 	}
@@ -54,6 +63,99 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "converted %.1f s of audio in %.2f s (%.0f× realtime) → %s\n", secs, took.Seconds(), secs/max(took.Seconds(), 1e-9), pos[1])
 	}
 	return nil
+}
+
+// vcOptions select the MeanVC2 voice of convert and bridge: a model file and a reference
+// clip of the target voice.
+type vcOptions struct {
+	model, ref string
+	threads    int
+}
+
+func (o *vcOptions) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.model, "model", "", "MeanVC2 model (GGUF): convert into the voice of --ref")
+	fs.StringVar(&o.ref, "ref", "", "reference clip of the target voice (WAV, 1–30 s of speech), with --model")
+	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the model")
+}
+
+// processor makes the processor for voice: MeanVC2 with --model (voice "dsp", the default, or
+// "meanvc2"), otherwise a built-in voice. done frees what it loaded.
+func (o *vcOptions) processor(voice string) (string, stream.Processor, func(), error) {
+	if o.model == "" {
+		switch {
+		case o.ref != "":
+			return "", nil, nil, errors.New("--ref needs --model (a MeanVC2 model file)")
+		case voice == "meanvc2":
+			return "", nil, nil, errors.New("voice meanvc2 needs --model FILE (a MeanVC2 model) and --ref REF.wav")
+		}
+		proc, err := stream.NewRegistry().New(voice)
+		return voice, proc, func() {}, err
+	}
+	if voice != "dsp" && voice != "meanvc2" {
+		return "", nil, nil, fmt.Errorf("--model converts with MeanVC2; --voice %q does not go with it", voice)
+	}
+	if o.ref == "" {
+		return "", nil, nil, errors.New("--model needs --ref REF.wav: a clip of the target voice (1–30 s of speech)")
+	}
+	a, err := wav.ReadFile(o.ref)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("reference clip: %w", err)
+	}
+	m, closeModel, err := loadMeanVC2(o.model, o.threads, "")
+	if err != nil {
+		return "", nil, nil, err
+	}
+	proc, err := meanVC2Processor(m, a.Mono(), a.SampleRate)
+	if err != nil {
+		closeModel()
+		return "", nil, nil, fmt.Errorf("reference clip %s: %w", o.ref, err)
+	}
+	return "meanvc2", proc, func() { closeProcessor(proc); closeModel() }, nil
+}
+
+// loadMeanVC2 loads a MeanVC2 model on its own CPU engine; with cacheDir, speaker embeddings
+// are kept there (and in memory) by clip content, so a voice is embedded once.
+func loadMeanVC2(path string, threads int, cacheDir string) (*meanvc2.Model, func(), error) {
+	be, err := engine.NewCPU(threads)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := meanvc2.Load(path, be)
+	if err != nil {
+		be.Close()
+		return nil, nil, err
+	}
+	if m.Embeddings, err = embcache.New(cacheDir); err != nil {
+		m.Close()
+		be.Close()
+		return nil, nil, err
+	}
+	return m, func() { m.Close(); be.Close() }, nil
+}
+
+// maxRefSeconds is how much of a reference clip is embedded: the speaker path runs on the
+// whole clip while every stream of the model waits (meanvc2.Model serialises its programs),
+// and a few seconds of speech already give the voice.
+const maxRefSeconds = 20
+
+// meanVC2Processor makes a MeanVC2 processor into the voice of a reference clip (its first
+// maxRefSeconds).
+func meanVC2Processor(m *meanvc2.Model, clip []float32, rate int) (stream.Processor, error) {
+	if n := maxRefSeconds * rate; rate > 0 && len(clip) > n {
+		clip = clip[:n]
+	}
+	target, err := m.VoiceFromClip(clip, rate)
+	if err != nil {
+		return nil, err
+	}
+	return adapt.MeanVC2Processor(m, target)
+}
+
+// closeProcessor frees a processor that holds model memory.
+func closeProcessor(p stream.Processor) {
+	if c, ok := p.(interface{ Close() }); ok {
+		c.Close()
+	}
 }
 
 // applyVoiceParams sets the dsp voice's pitch and formant; other voices take none.

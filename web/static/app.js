@@ -27,6 +27,12 @@ const ui = {
   lateDropped: $('late-dropped'),
   loss: $('loss'),
   remote: $('remote'),
+  target: $('target'),
+  ref: $('ref'),
+  refName: $('ref-name'),
+  refFile: $('ref-file'),
+  refUpload: $('ref-upload'),
+  refMsg: $('ref-msg'),
 };
 
 const query = new URLSearchParams(location.search);
@@ -45,6 +51,8 @@ const PING_INTERVAL_MS = 20000;
 // Voices known to take the pitch/formant parameters. The server refuses parameters for a
 // voice that has none (bad_params), so other voices are sent without them.
 const TUNABLE_VOICES = new Set(['dsp']);
+// Voices whose target is a reference clip from the voice library, sent as `ref`.
+const REF_VOICES = new Set(['meanvc2']);
 
 let current = null; // the running session, or null
 let state = 'idle'; // idle | starting | connecting | connected | failed
@@ -117,6 +125,7 @@ function updateOutputs() {
   const tunable = TUNABLE_VOICES.has(ui.voice.value);
   ui.pitch.disabled = !tunable;
   ui.formant.disabled = !tunable;
+  ui.target.hidden = !REF_VOICES.has(ui.voice.value);
 }
 
 function micConstraints() {
@@ -169,6 +178,8 @@ function sessionMessage() {
       formant_shift: Number(ui.formant.value),
     };
   }
+  // No ref: the server's default target voice (or an error saying one is needed).
+  if (REF_VOICES.has(msg.voice) && ui.ref.value) msg.ref = ui.ref.value;
   return msg;
 }
 
@@ -605,21 +616,96 @@ async function echoChanged() {
 // Wiring
 
 for (const v of query.getAll('voices').flatMap((x) => x.split(','))) ensureVoiceOption(v.trim());
-// The server lists the voices it has loaded; the page works without the list too.
-fetch('/v1/voices')
-  .then((r) => (r.ok ? r.json() : null))
-  .then((list) => {
-    for (const v of list?.processors ?? []) ensureVoiceOption(v);
-  })
-  .catch(() => {});
 if (query.get('voice')) {
   ensureVoiceOption(query.get('voice'));
   ui.voice.value = query.get('voice');
 }
 
+// ---------------------------------------------------------------------------------------
+// Voice library: target voices for REF_VOICES
+
+function setRefMsg(text, kind = 'info') {
+  ui.refMsg.textContent = text;
+  ui.refMsg.dataset.kind = kind;
+}
+
+// fillRefs lists the library's clips in the target-voice picker, keeping the selection
+// (or selecting `select`).
+function fillRefs(voices, select = ui.ref.value) {
+  const keep = [...ui.ref.options].filter((o) => o.value === '');
+  ui.ref.replaceChildren(...keep);
+  for (const v of voices || []) {
+    if (!v || !v.id) continue;
+    const opt = document.createElement('option');
+    opt.value = v.id;
+    opt.textContent = Number.isFinite(v.seconds) ? `${v.name} (${v.seconds.toFixed(1)} s)` : v.name || v.id;
+    ui.ref.append(opt);
+  }
+  if ([...ui.ref.options].some((o) => o.value === select)) ui.ref.value = select;
+}
+
+// The server lists the voices it has loaded and its library; the page works without them.
+let voicesLoaded = false;
+async function loadVoices(select) {
+  try {
+    const r = await fetch('/v1/voices');
+    const list = r.ok ? await r.json() : null;
+    const wanted = query.get('voice');
+    for (const v of list?.processors ?? []) ensureVoiceOption(v);
+    if (wanted && [...ui.voice.options].some((o) => o.value === wanted)) ui.voice.value = wanted;
+    fillRefs(list?.voices, select);
+  } catch {
+    // keep what the page has
+  }
+  voicesLoaded = true;
+  updateOutputs();
+}
+loadVoices();
+
+// apiError turns an error response of the HTTP API into its message.
+async function apiError(res) {
+  try {
+    const body = await res.json();
+    if (body && body.error && body.error.message) return body.error.message;
+  } catch {}
+  return `${res.status} ${res.statusText}`.trim();
+}
+
+async function uploadRef() {
+  const file = ui.refFile.files && ui.refFile.files[0];
+  if (!file) {
+    setRefMsg('Choose a WAV clip first.', 'error');
+    return;
+  }
+  const name = ui.refName.value.trim() || file.name.replace(/\.[^.]*$/, '');
+  const form = new FormData();
+  form.append('name', name);
+  form.append('file', file, file.name);
+  ui.refUpload.disabled = true;
+  setRefMsg(`Uploading ${file.name}…`);
+  try {
+    const res = await fetch('/v1/voices', { method: 'POST', body: form });
+    if (!res.ok) {
+      setRefMsg(`Upload failed: ${await apiError(res)}`, 'error');
+      return;
+    }
+    const v = await res.json();
+    await loadVoices(v.id);
+    ui.refFile.value = '';
+    ui.refName.value = '';
+    setRefMsg(`Added “${v.name}” (${Number(v.seconds).toFixed(1)} s).`, 'ok');
+    controlsChanged();
+  } catch (err) {
+    setRefMsg(`Upload failed: ${err.message || err}`, 'error');
+  } finally {
+    ui.refUpload.disabled = false;
+  }
+}
+
 ui.start.addEventListener('click', () => (current ? stop() : start()));
 ui.echo.addEventListener('change', echoChanged);
-for (const input of [ui.voice, ui.pitch, ui.formant, ui.passthrough]) {
+ui.refUpload.addEventListener('click', uploadRef);
+for (const input of [ui.voice, ui.pitch, ui.formant, ui.passthrough, ui.ref]) {
   input.addEventListener('input', controlsChanged);
   input.addEventListener('change', controlsChanged);
 }
@@ -649,6 +735,9 @@ window.voxpipe = {
   },
   get pc() {
     return current ? current.pc : null;
+  },
+  get voicesLoaded() {
+    return voicesLoaded;
   },
   outputLevel,
   start,

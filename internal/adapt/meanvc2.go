@@ -1,0 +1,128 @@
+package adapt
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/voxpipe/voxpipe/models/meanvc2"
+	"github.com/voxpipe/voxpipe/stream"
+)
+
+// MeanVC2Processor makes a MeanVC2 stream into the target voice t a stream.Processor.
+//
+// A meanvc2.Stream emits its output in bursts (0, 1600, 1920 or 3840 samples per 2560-sample
+// chunk for the 120 ms model), while a Processor must give back exactly what it took. The
+// adapter keeps a FIFO primed with Model.OutputSlack samples of silence — the most the
+// stream ever falls behind — so every Process call can hand out one whole chunk; the price is
+// that much more latency, which Info reports.
+func MeanVC2Processor(m *meanvc2.Model, t meanvc2.Timbre) (stream.Processor, error) {
+	if m == nil {
+		return nil, errors.New("meanvc2 processor: no model")
+	}
+	s, err := m.NewStream(t)
+	if err != nil {
+		return nil, err
+	}
+	p := &meanvc2Proc{s: s, prime: m.OutputSlack()}
+	p.info = stream.ProcessorInfo{SampleRate: s.SampleRate(), ChunkSize: s.ChunkSize(), Latency: s.Latency() + p.prime}
+	p.fifo = make([]float32, p.prime, p.prime+3*s.ChunkSize()) // room for the largest burst
+	p.clean = make([]float32, s.ChunkSize())
+	return p, nil
+}
+
+type meanvc2Proc struct {
+	s     *meanvc2.Stream
+	info  stream.ProcessorInfo
+	prime int
+	fifo  []float32 // converted audio not handed out yet (starts with prime zeros)
+	debt  int       // zeros handed out for missing output, to be skipped when it comes
+	clean []float32 // scratch for input with non-finite samples zeroed
+}
+
+func (p *meanvc2Proc) Info() stream.ProcessorInfo { return p.info }
+
+// Process converts one chunk and appends exactly ChunkSize samples.
+func (p *meanvc2Proc) Process(out, in []float32) ([]float32, error) {
+	if len(in) != p.info.ChunkSize {
+		return out, fmt.Errorf("meanvc2 processor: %d samples, want a chunk of %d", len(in), p.info.ChunkSize)
+	}
+	in = p.finite(in)
+	n := len(p.fifo)
+	var err error
+	if p.fifo, err = p.s.Process(p.fifo, in); err != nil {
+		return out, err
+	}
+	p.payDebt(n)
+	return p.take(out, p.info.ChunkSize), nil
+}
+
+// finite returns in, or a copy with NaN/Inf samples zeroed: the stream refuses such input
+// (one would poison its caches), and a live session is better served by a moment of silence
+// than by a chunk with no output, which would shift the rest of the stream.
+func (p *meanvc2Proc) finite(in []float32) []float32 {
+	for i, v := range in {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			c := append(p.clean[:0], in...)
+			for j := i; j < len(c); j++ {
+				if f := float64(c[j]); math.IsNaN(f) || math.IsInf(f, 0) {
+					c[j] = 0
+				}
+			}
+			return c
+		}
+	}
+	return in
+}
+
+// payDebt drops newly converted samples (from index n on) that stand for zeros already
+// handed out, so the output stays aligned after an underflow.
+func (p *meanvc2Proc) payDebt(n int) {
+	k := min(p.debt, len(p.fifo)-n)
+	if k > 0 {
+		p.fifo = append(p.fifo[:n], p.fifo[n+k:]...)
+		p.debt -= k
+	}
+}
+
+// take moves up to n samples from the FIFO to out, padding with silence (owed to the FIFO)
+// if it holds fewer. With the priming that never happens; the padding only keeps the
+// Processor contract should a model schedule differ from OutputSlack's account.
+func (p *meanvc2Proc) take(out []float32, n int) []float32 {
+	k := min(n, len(p.fifo))
+	out = append(out, p.fifo[:k]...)
+	p.fifo = p.fifo[:copy(p.fifo, p.fifo[k:])]
+	for range n - k {
+		out = append(out, 0)
+	}
+	p.debt += n - k
+	return out
+}
+
+// Flush appends everything still held back (the FIFO and the stream's tail) and starts over.
+func (p *meanvc2Proc) Flush(out []float32) ([]float32, error) {
+	n := len(p.fifo)
+	var err error
+	p.fifo, err = p.s.Flush(p.fifo) // the stream resets itself after a flush
+	if err == nil {
+		p.payDebt(n)
+		out = append(out, p.fifo...)
+	}
+	p.restart()
+	return out, err
+}
+
+// Reset returns to the state after construction.
+func (p *meanvc2Proc) Reset() {
+	p.s.Reset()
+	p.restart()
+}
+
+func (p *meanvc2Proc) restart() {
+	p.fifo = p.fifo[:p.prime]
+	clear(p.fifo)
+	p.debt = 0
+}
+
+// Close frees the stream's caches; the processor may not be used afterwards.
+func (p *meanvc2Proc) Close() { p.s.Close() }
