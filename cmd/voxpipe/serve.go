@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	_ "net/http/pprof" // served only with --debug-listen
+	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -19,10 +20,13 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/buffers"
+	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/internal/adapt"
+	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
+	"github.com/voxpipe/voxpipe/rtc/auth"
 	"github.com/voxpipe/voxpipe/rtc/metrics"
 	"github.com/voxpipe/voxpipe/rtc/tts"
 	"github.com/voxpipe/voxpipe/rtc/voicelib"
@@ -39,6 +43,8 @@ type serveOptions struct {
 	ttsModel, codec, ttsVoice                        string
 	ttsSlots                                         int
 	ttsWait                                          time.Duration
+	vcModel, vcRef                                   string
+	apiKeys                                          []string
 }
 
 func runServe(args []string, stdout, stderr io.Writer) error {
@@ -58,8 +64,23 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.ttsVoice, "tts-voice", "", "default TTS voice: a WAV reference clip, or a voice library id or name")
 	fs.IntVar(&o.ttsSlots, "tts-slots", 2, "concurrent TTS streams per model; more wait in line, then get busy/503")
 	fs.DurationVar(&o.ttsWait, "tts-queue", 2*time.Second, "how long a TTS request waits for a free slot")
+	fs.StringVar(&o.vcModel, "vc-model", "", "MeanVC2 model (GGUF): adds the live voice meanvc2 (a target voice is a reference clip)")
+	fs.StringVar(&o.vcRef, "vc-ref", "", "default meanvc2 target voice when a session names none: a WAV clip, or a voice library id or name")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
+	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
 	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	for _, list := range []string{*apiKeys, os.Getenv("VOXPIPE_API_KEYS")} {
+		if list != "" {
+			o.apiKeys = append(o.apiKeys, strings.Split(list, ",")...)
+		}
+	}
+	keys, err := auth.NewKeys(o.apiKeys)
+	if err != nil {
+		return err
+	}
+	if err := auth.Required(o.listen, keys); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, o.level)
@@ -123,9 +144,6 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		}
 	}()
 	voices := stream.NewRegistry()
-	if _, err := voices.New(o.voice); err != nil {
-		return nil, err
-	}
 	lib, warn, err := voicelib.Open(o.voicesDir)
 	if err != nil {
 		return nil, err
@@ -133,6 +151,39 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	for _, w := range warn {
 		log.Warn("voice library", "problem", w)
 	}
+	var newProcessor func(voice, ref string) (stream.Processor, error)
+	if o.vcModel != "" {
+		fmt.Fprintf(stdout, "loading %s…\n", o.vcModel)
+		m, closeModel, err := loadMeanVC2(o.vcModel, o.threads, filepath.Join(o.voicesDir, "embeddings"))
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, closeModel)
+		vc := &vcVoices{model: m, lib: lib, defaultRef: o.vcRef}
+		// Listed with the built-in voices; a session's ref reaches it through NewProcessor.
+		voices.Register("meanvc2", func() (stream.Processor, error) { return vc.processor("") })
+		newProcessor = func(voice, ref string) (stream.Processor, error) {
+			if voice != "meanvc2" {
+				return nil, nil
+			}
+			return vc.processor(ref)
+		}
+		if o.vcRef != "" {
+			// Embed the default voice now: a bad clip fails the start, not every session.
+			p, err := vc.processor("")
+			if err != nil {
+				return nil, fmt.Errorf("--vc-ref: %w", err)
+			}
+			closeProcessor(p)
+		}
+	} else if o.vcRef != "" {
+		return nil, errors.New("--vc-ref needs --vc-model")
+	}
+	def, err := voices.New(o.voice)
+	if err != nil {
+		return nil, fmt.Errorf("--voice: %w", err)
+	}
+	closeProcessor(def) // made only to check the voice
 	met := metrics.New()
 	synths := &stream.Synthesizers{}
 	if o.ttsModel != "" || o.codec != "" {
@@ -170,7 +221,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		ips = strings.Split(o.publicIP, ",")
 	}
 	srv, err := rtc.NewServer(rtc.Config{
-		Voices: voices, DefaultVoice: o.voice, Jitter: buffers.JitterConfig{Target: o.jitter},
+		Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice, Jitter: buffers.JitterConfig{Target: o.jitter},
 		Loopback: o.loopback, PublicIPs: ips, UDPPort: o.udpPort, Logger: log,
 		OnSession: met.VCSession, OnStats: met.VCStats,
 	})
@@ -195,6 +246,69 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	mux.HandleFunc("/v1/audio/speech", ttsSrv.Speech)
 	mux.Handle("GET /metrics", met.Handler())
 	mux.Handle("/", web.Handler())
-	a.handler = mux
+	keys, err := auth.NewKeys(o.apiKeys)
+	if err != nil {
+		return nil, err
+	}
+	// With keys, everything but the static pages and the health check needs one.
+	a.handler = keys.Middleware(mux, func(path string) bool {
+		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics"
+	})
 	return a, nil
 }
+
+// vcVoices makes MeanVC2 processors whose target voice is a reference clip: a voice library
+// entry, or the operator's default (--vc-ref: a WAV path or a library entry). Embeddings are
+// cached by clip content (Model.Embeddings), so a voice is embedded once.
+type vcVoices struct {
+	model      *meanvc2.Model
+	lib        *voicelib.Library
+	defaultRef string
+}
+
+// processor makes a MeanVC2 processor for ref ("" for the default). Errors say what the
+// client did wrong: an unknown ref wraps stream.ErrUnknownVoice, an unusable clip or no ref
+// at all rtc.ErrBadParams.
+func (v *vcVoices) processor(ref string) (stream.Processor, error) {
+	var clip []float32
+	var rate int
+	var err error
+	switch {
+	case ref == "" && v.defaultRef == "":
+		return nil, marked{errors.New(`voice meanvc2 needs a target voice: send "ref" (a voice library id or name; upload a clip with POST /v1/voices), or start the server with --vc-ref`), rtc.ErrBadParams}
+	case ref == "" && strings.HasSuffix(strings.ToLower(v.defaultRef), ".wav"):
+		// Only the operator's default may be a file path; a client's ref is always looked
+		// up in the library, so no session can name a file on the server.
+		ref = v.defaultRef
+		var a *wav.Audio
+		if a, err = wav.ReadFile(ref); err == nil {
+			clip, rate = a.Mono(), a.SampleRate
+		}
+	default:
+		if ref == "" {
+			ref = v.defaultRef
+		}
+		if clip, rate, err = v.lib.Clip(ref); errors.Is(err, voicelib.ErrNotFound) {
+			return nil, marked{fmt.Errorf("ref %q: %w (upload it with POST /v1/voices)", ref, err), stream.ErrUnknownVoice}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ref %q: %w", ref, err)
+	}
+	p, err := meanVC2Processor(v.model, clip, rate)
+	switch {
+	case errors.Is(err, meanvc2.ErrBadReference):
+		return nil, marked{fmt.Errorf("ref %q: %w", ref, err), rtc.ErrBadParams}
+	case err != nil:
+		return nil, fmt.Errorf("ref %q: %w", ref, err)
+	}
+	return p, nil
+}
+
+// marked is an error that errors.Is also matches with kind, its message unchanged.
+type marked struct {
+	error
+	kind error
+}
+
+func (e marked) Unwrap() []error { return []error{e.error, e.kind} }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,5 +107,60 @@ func TestServeTTSWithVoiceLibrary(t *testing.T) {
 	base2 := testApp(t, o)
 	if n := speak(base2, v.ID); n == 0 {
 		t.Error("no audio after restart")
+	}
+}
+
+func TestBenchTTSLoad(t *testing.T) {
+	lm := golden.Path(t, "miotts", "model.gguf")
+	codec := golden.Path(t, "miocodec", "model.gguf")
+	// The bench starts this binary's serve command: build it first.
+	bin := filepath.Join(t.TempDir(), "voxpipe")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "bench", "tts-load", "--sessions", "3", "--seconds", "2", "--slots", "1", "--queue", "20ms",
+		"--model", lm, "--codec", codec, "--voice", filepath.Join("..", "..", "testdata", "speech_en_48k.wav"), "--json").Output()
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	var res ttsLoadResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Utterances == 0 || res.AudioSeconds <= 0 || res.TTFAMsP50 <= 0 || !res.ServerStarted {
+		t.Errorf("figures: %+v", res)
+	}
+	t.Logf("%+v", res)
+}
+
+func TestServeAuth(t *testing.T) {
+	// Binding beyond loopback without keys is refused at start.
+	if _, stderr, code := runCmd(t, "serve", "--listen", "0.0.0.0:0", "--voices", t.TempDir()); code == 0 || !strings.Contains(stderr, "needs API keys") {
+		t.Errorf("public bind without keys: exit %d %q", code, stderr)
+	}
+	key := "test-key-0123456789abcdef"
+	base := testApp(t, serveOptions{apiKeys: []string{key}})
+	get := func(path, header string) int {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if header != "" {
+			req.Header.Set("Authorization", header)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		path, header string
+		want         int
+	}{
+		{"/v1/voices", "", 401}, {"/v1/voices", "Bearer wrong-key-0123456789", 401}, {"/v1/voices", "Bearer " + key, 200},
+		{"/v1/voices?token=" + key, "", 200}, {"/metrics", "", 401}, {"/healthz", "", 200}, {"/", "", 200}, {"/tts.html", "", 200},
+	} {
+		if got := get(c.path, c.header); got != c.want {
+			t.Errorf("GET %s (%q): %d, want %d", c.path, c.header, got, c.want)
+		}
 	}
 }

@@ -1,6 +1,14 @@
 // voxpipe live voice changer: microphone → WebRTC → server voice processing → speakers.
 // Plain ES module, no dependencies. Signaling protocol: docs/protocol.md (WebSocket /v1/rtc).
 
+// An API key given to the page as ?token=KEY is passed on to every request (servers not on
+// localhost require one; docs/api.md).
+const TOKEN = new URLSearchParams(location.search).get('token');
+function withToken(url) {
+  if (!TOKEN) return url;
+  return `${url}${url.includes('?') ? '&' : '?'}token=${encodeURIComponent(TOKEN)}`;
+}
+
 const $ = (id) => document.getElementById(id);
 
 const ui = {
@@ -207,7 +215,7 @@ function controlsChanged() {
 
 function openSocket(url) {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url);
+    const ws = new WebSocket(withToken(url));
     const onOpen = () => {
       ws.removeEventListener('error', onFail);
       ws.removeEventListener('close', onFail);
@@ -648,7 +656,7 @@ function fillRefs(voices, select = ui.ref.value) {
 let voicesLoaded = false;
 async function loadVoices(select) {
   try {
-    const r = await fetch('/v1/voices');
+    const r = await fetch(withToken('/v1/voices'));
     const list = r.ok ? await r.json() : null;
     const wanted = query.get('voice');
     for (const v of list?.processors ?? []) ensureVoiceOption(v);
@@ -684,7 +692,7 @@ async function uploadRef() {
   ui.refUpload.disabled = true;
   setRefMsg(`Uploading ${file.name}…`);
   try {
-    const res = await fetch('/v1/voices', { method: 'POST', body: form });
+    const res = await fetch(withToken('/v1/voices'), { method: 'POST', body: form });
     if (!res.ok) {
       setRefMsg(`Upload failed: ${await apiError(res)}`, 'error');
       return;

@@ -2,6 +2,14 @@
 // as it arrives (docs/protocol.md, "Text to speech over WebSocket").
 
 const RATE = 24000;
+// An API key given to the page as ?token=KEY is passed on to every request (servers not on
+// localhost require one; docs/api.md).
+const TOKEN = new URLSearchParams(location.search).get('token');
+function withToken(url) {
+  if (!TOKEN) return url;
+  return `${url}${url.includes('?') ? '&' : '?'}token=${encodeURIComponent(TOKEN)}`;
+}
+
 const $ = (id) => document.getElementById(id);
 const ui = {
   conn: $('conn'), text: $('text'), voice: $('voice'), model: $('model'), speak: $('speak'),
@@ -39,7 +47,7 @@ function status(msg) {
 
 async function loadLists() {
   try {
-    const res = await fetch('/v1/voices');
+    const res = await fetch(withToken('/v1/voices'));
     const list = await res.json();
     for (const v of list.voices ?? []) {
       const o = document.createElement('option');
@@ -63,8 +71,7 @@ function connect() {
   return new Promise((resolve, reject) => {
     if (ws && ws.readyState === WebSocket.OPEN) return resolve(ws);
     const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    const token = new URLSearchParams(location.search).get('token');
-    ws = new WebSocket(`${proto}//${location.host}/v1/tts/ws${token ? `?token=${encodeURIComponent(token)}` : ''}`);
+    ws = new WebSocket(withToken(`${proto}//${location.host}/v1/tts/ws`));
     setConn('connecting');
     ws.onopen = () => { setConn('connected'); resolve(ws); };
     ws.onerror = () => reject(new Error('WebSocket error'));
