@@ -113,29 +113,37 @@ func (o *vcOptions) processor(voice string) (string, stream.Processor, func(), e
 	return "meanvc2", proc, func() { closeProcessor(proc); closeModel() }, nil
 }
 
-// loadMeanVC2 loads a MeanVC2 model on its own CPU engine; with cacheDir, speaker embeddings
-// are kept there (and in memory) by clip content, so a voice is embedded once.
+// loadMeanVC2 loads a MeanVC2 model on its own CPU engine, with a second one for the speaker
+// path so that embedding a new voice runs beside live streams instead of stalling them; with
+// cacheDir, speaker embeddings are kept there (and in memory) by clip content, so a voice is
+// embedded once.
 func loadMeanVC2(path string, threads int, cacheDir string) (*meanvc2.Model, func(), error) {
 	be, err := engine.NewCPU(threads)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := meanvc2.Load(path, be)
+	spk, err := engine.NewCPU(threads)
 	if err != nil {
 		be.Close()
+		return nil, nil, err
+	}
+	m, err := meanvc2.LoadWith(path, be, spk)
+	if err != nil {
+		be.Close()
+		spk.Close()
 		return nil, nil, err
 	}
 	if m.Embeddings, err = embcache.New(cacheDir); err != nil {
 		m.Close()
 		be.Close()
+		spk.Close()
 		return nil, nil, err
 	}
-	return m, func() { m.Close(); be.Close() }, nil
+	return m, func() { m.Close(); be.Close(); spk.Close() }, nil
 }
 
-// maxRefSeconds is how much of a reference clip is embedded: the speaker path runs on the
-// whole clip while every stream of the model waits (meanvc2.Model serialises its programs),
-// and a few seconds of speech already give the voice.
+// maxRefSeconds is how much of a reference clip is embedded: a few seconds of speech already
+// give the voice, and the speaker path's time grows with the clip.
 const maxRefSeconds = 20
 
 // meanVC2Processor makes a MeanVC2 processor into the voice of a reference clip (its first

@@ -164,9 +164,9 @@ func BenchSpeaker(m *Model, seconds float64) (SpeakerResult, error) {
 // the hidden states the ECAPA head mixes): the arena shared by liveness against the naive sum
 // of the intermediates. It compiles (and caches) that program.
 func (m *Model) WavLMPlanStats(samples int) (engine.PlanStats, error) {
-	m.exec.Lock()
+	m.speakerExec.Lock()
 	st, err := m.WavLM.ProgramStats(samples, m.layers)
-	m.exec.Unlock()
+	m.speakerExec.Unlock()
 	if err != nil {
 		return st, fmt.Errorf("meanvc2: %w", err)
 	}

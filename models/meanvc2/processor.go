@@ -42,22 +42,33 @@ type Model struct {
 	backend engine.Backend
 	layers  []int // WavLM hidden states the ECAPA head mixes
 
-	// exec serialises every program run of the model's components: a CPU backend's context
-	// (its thread pool and scratch memory) is not safe for concurrent executions, and every
-	// stream's programs run on it.
+	// exec serialises every program run of the streams' components: a CPU backend's context
+	// (its thread pool and scratch memory) serves one execution at a time, and every stream's
+	// programs run on it.
 	exec sync.Mutex
+	// speakerExec is the lock of the speaker path (WavLM, ECAPA): exec itself when they share
+	// the streams' backend, a separate one when LoadWith gave them their own, so that
+	// embedding a new reference clip (seconds on the real model) does not stall live streams.
+	speakerExec *sync.Mutex
+	speakerMu   sync.Mutex
 }
 
 // Load opens an audio.cpp MeanVC2 GGUF, checks its family and loads every component. Missing
 // namespaces, missing or misshapen tensors and components that do not fit together are
 // reported with their names. The file is closed again: all weights live in engine buffers.
 func Load(path string, backend engine.Backend) (*Model, error) {
+	return LoadWith(path, backend, backend)
+}
+
+// LoadWith is Load with the speaker path (WavLM-Large and ECAPA) on its own backend, so a
+// reference clip being embedded runs beside the live streams instead of holding them up.
+func LoadWith(path string, backend, speaker engine.Backend) (*Model, error) {
 	f, err := gguf.OpenModel(path)
 	if err != nil {
 		return nil, fmt.Errorf("meanvc2: load %s: %w", path, err)
 	}
 	defer f.Close()
-	m, err := LoadFromModel(f, backend)
+	m, err := loadFromModel(f, backend, speaker)
 	if err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
@@ -66,7 +77,11 @@ func Load(path string, backend engine.Backend) (*Model, error) {
 
 // LoadFromModel is Load on an open file (which may be closed afterwards).
 func LoadFromModel(f *gguf.Model, backend engine.Backend) (*Model, error) {
-	if backend == nil {
+	return loadFromModel(f, backend, backend)
+}
+
+func loadFromModel(f *gguf.Model, backend, speaker engine.Backend) (*Model, error) {
+	if backend == nil || speaker == nil {
 		return nil, errors.New("meanvc2: load: no backend")
 	}
 	cfg, err := ConfigFromModel(f)
@@ -83,6 +98,10 @@ func LoadFromModel(f *gguf.Model, backend engine.Backend) (*Model, error) {
 		return nil, fmt.Errorf("meanvc2: load: not a complete MeanVC2 file: no tensors in namespace(s) %v (it has %v)", missing, f.Namespaces())
 	}
 	m := &Model{Config: cfg, backend: backend}
+	m.speakerExec = &m.exec
+	if speaker != backend {
+		m.speakerExec = &m.speakerMu
+	}
 	fail := func(what string, err error) (*Model, error) {
 		m.Close()
 		return nil, fmt.Errorf("meanvc2: load %s: %w", what, err)
@@ -106,10 +125,10 @@ func LoadFromModel(f *gguf.Model, backend engine.Backend) (*Model, error) {
 	if m.Vocoder, err = vocos.LoadConfig(f.Sub("vocos"), vcfg, backend); err != nil {
 		return fail("vocos/", err)
 	}
-	if m.WavLM, err = wavlm.Load(f.Sub("speaker_wavlm"), backend, wavlm.Options{}); err != nil {
+	if m.WavLM, err = wavlm.Load(f.Sub("speaker_wavlm"), speaker, wavlm.Options{}); err != nil {
 		return fail("speaker_wavlm/", err)
 	}
-	if m.ECAPA, err = ecapa.LoadConfig(f.Sub("speaker_ecapa"), ecfg, backend); err != nil {
+	if m.ECAPA, err = ecapa.LoadConfig(f.Sub("speaker_ecapa"), ecfg, speaker); err != nil {
 		return fail("speaker_ecapa/", err)
 	}
 	if err := m.checkFit(); err != nil {

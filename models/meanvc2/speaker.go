@@ -90,10 +90,10 @@ func (m *Model) embed(clip []float32, rate int) ([]float32, error) {
 			return nil, fmt.Errorf("meanvc2: speaker embedding: resample %d → %d Hz: %w", rate, sr, err)
 		}
 	}
-	// The whole speaker path holds the model's programs: streams wait for it (a long clip
-	// on the real model takes a while; see Model.exec).
-	m.exec.Lock()
-	defer m.exec.Unlock()
+	// On the streams' backend the speaker path holds it and streams wait (a long clip on
+	// the real model takes seconds); LoadWith gives it a backend of its own.
+	m.speakerExec.Lock()
+	defer m.speakerExec.Unlock()
 	hidden, T, err := m.WavLM.Hidden(wave, m.layers)
 	if err != nil {
 		return nil, fmt.Errorf("meanvc2: speaker embedding: %w", err)
