@@ -21,6 +21,8 @@ const (
 	CodeBadParams        = "bad_params"
 	CodeDuplicateOffer   = "duplicate_offer"
 	CodeRateLimited      = "rate_limited"
+	CodeBusy             = "busy"
+	CodeSynthesis        = "synthesis_failed"
 	CodeInternal         = "internal"
 )
 
@@ -40,6 +42,15 @@ type Message struct {
 	Params      map[string]float64 `json:"params,omitempty"`
 	Passthrough *bool              `json:"passthrough,omitempty"`
 
+	// speak, cancel, and the speaking/done events of text-to-speech sessions
+	Text      string      `json:"text,omitempty"`
+	ContextID string      `json:"context_id,omitempty"`
+	Model     string      `json:"model,omitempty"`
+	MaxTokens int         `json:"max_tokens,omitempty"` // speech tokens per sentence group at most
+	Seed      uint64      `json:"seed,omitempty"`
+	Metrics   *TTSMetrics `json:"metrics,omitempty"`
+	Canceled  bool        `json:"canceled,omitempty"`
+
 	// ready
 	SessionID          string  `json:"session_id,omitempty"`
 	SampleRate         int     `json:"sample_rate,omitempty"`
@@ -49,6 +60,13 @@ type Message struct {
 	Code    string `json:"code,omitempty"`
 	Message string `json:"message,omitempty"`
 	Fatal   bool   `json:"fatal,omitempty"`
+}
+
+// TTSMetrics summarise one spoken text of a text-to-speech session.
+type TTSMetrics struct {
+	TTFAMs  float64 `json:"ttfa_ms"`  // speak message → first audio ready to send
+	AudioMs float64 `json:"audio_ms"` // audio produced
+	RTF     float64 `json:"rtf"`      // synthesis time / audio time
 }
 
 // StatsMessage is the once-a-second report of a session.

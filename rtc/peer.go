@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -38,6 +39,9 @@ type peer struct {
 	passthrough bool
 	ref         string             // the session's reference clip (voices that take one)
 	owned       []stream.Processor // processors made for this session and not yet closed
+	tts         *ttsSession        // text-to-speech mode: the media loop plays its audio
+
+	events atomic.Pointer[webrtc.DataChannel] // a data channel the client opened, for events
 
 	jbMu sync.Mutex
 	jb   *buffers.JitterBuffer
@@ -134,12 +138,34 @@ func (p *peer) handle(ctx context.Context, m Message) bool {
 			p.sendError(CodeBadCandidate, fmt.Sprintf("cannot add candidate: %v", err), false)
 		}
 	case "session":
+		if m.Mode == "tts" {
+			if code, err := p.startTTS(ctx, m); err != nil {
+				p.sendError(code, err.Error(), false)
+				return false
+			}
+			if p.pc != nil {
+				p.sendReady()
+			}
+			return false
+		}
 		if code, err := p.configure(m); err != nil {
 			p.sendError(code, err.Error(), false)
 			return false
 		}
 		if p.pc != nil {
 			p.sendReady()
+		}
+	case "speak":
+		if p.tts == nil {
+			p.sendError(CodeBadMessage, `speak needs a text-to-speech session: send {"type":"session","mode":"tts"} first`, false)
+			return false
+		}
+		if code, err := p.tts.speak(ctx, m); err != nil {
+			p.sendError(code, err.Error(), false)
+		}
+	case "cancel":
+		if p.tts != nil {
+			p.tts.cancelAll()
 		}
 	case "ping":
 		p.send(Message{Type: "pong"})
@@ -152,7 +178,10 @@ func (p *peer) handle(ctx context.Context, m Message) bool {
 // configure applies a session message: voice, reference clip, params and passthrough.
 func (p *peer) configure(m Message) (string, error) {
 	if m.Mode != "" && m.Mode != "vc" {
-		return CodeBadMessage, fmt.Errorf("mode %q is not served on this socket (use \"vc\")", m.Mode)
+		return CodeBadMessage, fmt.Errorf("mode %q: use \"vc\" or \"tts\"", m.Mode)
+	}
+	if p.tts != nil {
+		return CodeBadMessage, fmt.Errorf("this session is in text-to-speech mode; open another socket for voice conversion")
 	}
 	// Only this goroutine changes voice, voiceName and ref, so they are read without the
 	// lock; a new voice is made outside it (embedding a reference clip can take a while)
@@ -292,6 +321,9 @@ func (p *peer) answer(ctx context.Context, offer string) error {
 		if st == webrtc.PeerConnectionStateFailed || st == webrtc.PeerConnectionStateClosed {
 			p.cancel()
 		}
+	})
+	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
+		dc.OnOpen(func() { p.events.Store(dc) })
 	})
 	pc.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 		if tr.Kind() != webrtc.RTPCodecTypeAudio {
@@ -566,16 +598,19 @@ func (p *peer) frame(f *mediaFrame, acc *statsAccumulator, now time.Time) {
 		st := p.sess.Stats()
 		acc.resample0, acc.process0, acc.haveBase = st.Resample, st.Process, true
 	}
-	if n > 0 {
-		if err := p.sess.Push(f.in[:n], arrival); err != nil {
-			p.log.Warn("processing failed", "err", err)
+	if p.tts != nil {
+		p.tts.pull(f.out) // text to speech: the input is not used
+	} else {
+		if n > 0 {
+			if err := p.sess.Push(f.in[:n], arrival); err != nil {
+				p.log.Warn("processing failed", "err", err)
+			}
 		}
-	}
-	p.sess.NoteQueueAge(now)
-	got := p.sess.Pull(f.out, now)
-	if got > 0 {
-		acc.latency += p.sess.Stats().Latency
-		acc.latencyN++
+		p.sess.NoteQueueAge(now)
+		if got := p.sess.Pull(f.out, now); got > 0 {
+			acc.latency += p.sess.Stats().Latency
+			acc.latencyN++
+		}
 	}
 	p.mu.Unlock()
 

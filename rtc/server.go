@@ -44,6 +44,11 @@ type Config struct {
 	OnSession func(id string, started bool)
 	// OnStats, if set, gets every once-a-second stats report (for metrics).
 	OnStats func(StatsMessage)
+	// Synthesizers serve sessions in text-to-speech mode ({"type":"session","mode":"tts"});
+	// TTSAdmission, if set, bounds their concurrent synthesis per model (shared with the TTS
+	// WebSocket so that both count against the same slots).
+	Synthesizers *stream.Synthesizers
+	TTSAdmission func(model string) *stream.Admission
 }
 
 // ErrBadParams is wrapped by NewProcessor errors that are the client's fault: an unusable

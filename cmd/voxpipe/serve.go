@@ -224,6 +224,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice, Jitter: buffers.JitterConfig{Target: o.jitter},
 		Loopback: o.loopback, PublicIPs: ips, UDPPort: o.udpPort, Logger: log,
 		OnSession: met.VCSession, OnStats: met.VCStats,
+		Synthesizers: synths, TTSAdmission: ttsSrv.Admission,
 	})
 	if err != nil {
 		ttsSrv.Close()
