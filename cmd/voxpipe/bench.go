@@ -20,6 +20,8 @@ import (
 
 var benches = map[string]func(args []string, stdout, stderr io.Writer) error{
 	"miotts":   runBenchMioTTS,
+	"tts-load": runBenchTTSLoad,
+	"meanvc2":  runBenchMeanVC2,
 	"loopback": runBenchLoopback,
 	"planner":  runBenchPlanner,
 	"gemm":     runBenchGemm,
@@ -36,7 +38,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
   gemm      our matmul against OpenBLAS called directly, GFLOP/s at model shapes
   gemv      one decode-step Linear (1×1024×3072) with F32, F16, Q8_0 (and Q8_0R8) weights: µs and GB/s
   dispatch  engine overhead per node on a graph of 1000 tiny ops
-  miotts    MioTTS + MioCodec: prefill, decode tokens/s, speaker embedding, codec RTF, time to first audio, peak RSS`)
+  tts-load  N concurrent TTS WebSocket sessions against a server: time to first audio p50/p95, rejected, late chunks, CPU
+  miotts    MioTTS + MioCodec: prefill, decode tokens/s, speaker embedding, codec RTF, time to first audio, peak RSS
+  meanvc2   MeanVC2 streaming RTF and chunk p90, speaker embedding time and memory, WavLM arena, per-session memory, peak RSS, --sessions N`)
 		return errors.New("unknown or missing benchmark")
 	}
 	return benches[args[0]](args[1:], stdout, stderr)
@@ -188,7 +192,7 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // startServer runs this binary's serve command on a free loopback port.
-func startServer(log io.Writer) (base string, pid int, stop func(), err error) {
+func startServer(log io.Writer, extra ...string) (base string, pid int, stop func(), err error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", 0, nil, err
@@ -199,7 +203,7 @@ func startServer(log io.Writer) (base string, pid int, stop func(), err error) {
 	if err != nil {
 		return "", 0, nil, err
 	}
-	cmd := exec.Command(exe, "serve", "--listen", addr, "--log-level", "warn")
+	cmd := exec.Command(exe, append([]string{"serve", "--listen", addr, "--log-level", "warn"}, extra...)...)
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {
 		return "", 0, nil, fmt.Errorf("start server: %w", err)

@@ -15,12 +15,31 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/models/bpe"
+	"github.com/voxpipe/voxpipe/models/miocodec"
 	"github.com/voxpipe/voxpipe/models/qwen3"
+	"github.com/voxpipe/voxpipe/models/wavlm"
 )
 
+// mkOptions are mkmodel's settings.
+type mkOptions struct {
+	dims, size string // dims: real or tiny; size: miotts 0.6b or 1.7b
+	seed       uint64
+	dtype      gguf.DType // matrices; norms, biases and other vectors stay F32
+}
+
+// mkFamily generates one family's packaged model: metadata, tensors, embedded files and a
+// short description for the summary line.
+type mkFamily func(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error)
+
+var mkFamilies = map[string]mkFamily{
+	"miotts":   mkMioTTS,
+	"miocodec": mkMioCodec,
+	"meanvc2":  mkMeanVC2,
+}
+
 func runMkmodel(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("mkmodel", "mkmodel --family miotts [--dims real|tiny] [--size 0.6b|1.7b] [--seed N] --out FILE.gguf", stderr)
-	family := fs.String("family", "", "model family: miotts (meanvc2 and miocodec tables land with their models)")
+	fs := newFlags("mkmodel", "mkmodel --family miotts|miocodec|meanvc2 [--dims real|tiny] [--size 0.6b|1.7b] [--dtype f32|f16|q8_0] [--seed N] --out FILE.gguf", stderr)
+	family := fs.String("family", "", "model family: miotts, miocodec or meanvc2")
 	dims := fs.String("dims", "real", "real: a published model's dimensions; tiny: the golden test model's")
 	size := fs.String("size", "0.6b", "miotts size with --dims real: 0.6b or 1.7b")
 	seed := fs.Uint64("seed", 1, "random seed")
@@ -33,38 +52,26 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("--out is required")
 	}
-	var wt gguf.DType
+	o := mkOptions{dims: *dims, size: strings.ToLower(*size), seed: *seed}
 	switch *dtype {
 	case "f32":
-		wt = gguf.F32
+		o.dtype = gguf.F32
 	case "f16":
-		wt = gguf.F16
+		o.dtype = gguf.F16
 	case "q8_0":
-		wt = gguf.Q8_0
+		o.dtype = gguf.Q8_0
 	default:
 		return fmt.Errorf("--dtype %q: use f32, f16 or q8_0", *dtype)
 	}
-	switch *family {
-	case "miotts":
-	case "meanvc2", "miocodec":
-		return fmt.Errorf("family %s: its shape table lands with the %s model; available now: miotts", *family, *family)
-	default:
-		return fmt.Errorf("unknown family %q (available: miotts)", *family)
-	}
-	key := *size
-	switch *dims {
-	case "tiny":
-		key = "tiny"
-	case "real":
-	default:
+	if o.dims != "real" && o.dims != "tiny" {
 		return fmt.Errorf("--dims %q: use real or tiny", *dims)
 	}
-	cfg, ok := qwen3.Sizes[strings.ToLower(key)]
-	if !ok || key == "tiny" && *dims != "tiny" {
-		return fmt.Errorf("unknown miotts size %q (0.6b or 1.7b)", *size)
+	gen, ok := mkFamilies[*family]
+	if !ok {
+		return fmt.Errorf("unknown family %q (available: miotts, miocodec, meanvc2)", *family)
 	}
 	start := time.Now()
-	kv, tensors, files, err := miottsModel(cfg, key, *seed, wt, stderr)
+	kv, tensors, files, desc, err := gen(o, stderr)
 	if err != nil {
 		return err
 	}
@@ -87,9 +94,101 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	st, _ := os.Stat(*out)
-	fmt.Fprintf(stdout, "wrote %s: miotts %s, %d tensors, %.1f MB, random weights (seed %d) in %.1f s\n",
-		*out, key, len(tensors), float64(st.Size())/1e6, *seed, time.Since(start).Seconds())
+	fmt.Fprintf(stdout, "wrote %s: %s, %d tensors, %.1f MB, random weights (seed %d) in %.1f s\n",
+		*out, desc, len(tensors), float64(st.Size())/1e6, *seed, time.Since(start).Seconds())
 	return nil
+}
+
+func mkMioTTS(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error) {
+	key := o.size
+	if o.dims == "tiny" {
+		key = "tiny"
+	}
+	cfg, ok := qwen3.Sizes[key]
+	if !ok || key == "tiny" && o.dims != "tiny" {
+		return nil, nil, nil, "", fmt.Errorf("unknown miotts size %q (0.6b or 1.7b)", o.size)
+	}
+	kv, ts, files, err := miottsModel(cfg, key, o.seed, o.dtype, progress)
+	return kv, ts, files, "miotts " + key, err
+}
+
+// spec is a tensor to generate.
+type spec struct {
+	name  string
+	shape []int
+}
+
+// randomTensors fills tensors like a freshly initialised model: vectors 1 + 0.1·N(0,1)
+// (norm scales, biases, BN statistics all stay positive-ish and O(1)), matrices and
+// convolutions N(0, 1/fan_in) so activations keep their scale through deep stacks.
+func randomTensors(specs []spec, seed uint64, dt gguf.DType, progress io.Writer) []gguf.WriteTensor {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := make([]gguf.WriteTensor, len(specs))
+	for i, s := range specs {
+		n := 1
+		for _, d := range s.shape {
+			n *= d
+		}
+		data := make([]float32, n)
+		t := gguf.F32
+		if len(s.shape) == 1 || n == s.shape[0] {
+			for j := range data {
+				data[j] = float32(1 + 0.1*rng.NormFloat64())
+			}
+		} else {
+			fanIn := n / s.shape[0]
+			sd := 1 / math.Sqrt(float64(fanIn))
+			for j := range data {
+				data[j] = float32(sd * rng.NormFloat64())
+			}
+			// Only 2-D matrices whose rows fill whole Q8_0 blocks are stored quantised
+			// (what the engine's quantised Linear reads).
+			if len(s.shape) == 2 && (dt != gguf.Q8_0 || s.shape[1]%32 == 0) {
+				t = dt
+			}
+		}
+		out[i] = gguf.WriteTensor{Name: s.name, Shape: s.shape, Type: t, Data: data}
+		if (i+1)%100 == 0 {
+			fmt.Fprintf(progress, "  %d/%d tensors\n", i+1, len(specs))
+		}
+	}
+	return out
+}
+
+func packagedKV(family, name string) (gguf.KV, error) {
+	kv := gguf.KV{}
+	for k, v := range map[string]any{
+		"general.architecture":        "audiocpp",
+		"general.name":                name,
+		"audiocpp.model_spec.family":  family,
+		"audiocpp.tensor_name_format": "native",
+	} {
+		if err := kv.Set(k, v); err != nil {
+			return nil, err
+		}
+	}
+	return kv, nil
+}
+
+// mkMioCodec makes MioCodec-25Hz-44.1kHz-v2 at real dimensions: weights/ (decoder, encoders)
+// and wavlm_weights/ (WavLM Base+), with its config.yaml.
+func mkMioCodec(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error) {
+	if o.dims != "real" {
+		return nil, nil, nil, "", errors.New("miocodec: only --dims real (the tiny model is the golden one)")
+	}
+	var specs []spec
+	for _, t := range miocodec.RealTensors() {
+		specs = append(specs, spec{"weights/" + t.Name, t.Shape})
+	}
+	for _, t := range wavlm.RealBasePlus().Tensors() {
+		specs = append(specs, spec{"wavlm_weights/" + t.Name, t.Shape})
+	}
+	kv, err := packagedKV("miocodec", "miocodec-25hz-44k-v2-random")
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	ts := randomTensors(specs, o.seed, o.dtype, progress)
+	return kv, ts, []gguf.EmbeddedFile{{Name: "config.yaml", Data: miocodec.RealConfigYAML()}}, "miocodec 44.1 kHz v2", nil
 }
 
 // miottsModel makes a random-weight MioTTS LM: norms 1 + 0.1·N(0,1), matrices N(0, 1/fan_in),
