@@ -41,7 +41,9 @@ type peer struct {
 	owned       []stream.Processor // processors made for this session and not yet closed
 	tts         *ttsSession        // text-to-speech mode: the media loop plays its audio
 
-	events atomic.Pointer[webrtc.DataChannel] // a data channel the client opened, for events
+	events     atomic.Pointer[webrtc.DataChannel] // a data channel the client opened, for events
+	answerSDP  string                             // the answer sent (WHIP returns it over HTTP)
+	negotiated chan struct{}                      // closed once the outgoing track exists (WHEP waits for it)
 
 	jbMu sync.Mutex
 	jb   *buffers.JitterBuffer
@@ -58,22 +60,30 @@ type peer struct {
 }
 
 func newPeer(s *Server, id string, conn *websocket.Conn, log *slog.Logger) *peer {
-	return &peer{srv: s, id: id, conn: conn, log: log, jb: buffers.NewJitterBuffer(s.cfg.Jitter)}
+	return &peer{srv: s, id: id, conn: conn, log: log, jb: buffers.NewJitterBuffer(s.cfg.Jitter), negotiated: make(chan struct{})}
+}
+
+// start makes the session with the server's default voice.
+func (p *peer) start() error {
+	proc, _, err := p.newVoice(p.srv.cfg.DefaultVoice, "", false)
+	if err == nil {
+		p.sess, err = stream.NewSession(stream.Config{IORate: opusRate, MaxQueue: p.srv.cfg.MaxQueue}, p.srv.cfg.DefaultVoice, proc)
+	}
+	if err != nil {
+		return fmt.Errorf("default voice: %w", err)
+	}
+	p.voiceName, p.voice = p.srv.cfg.DefaultVoice, proc
+	return nil
 }
 
 // run serves the socket until it closes or ctx ends, then tears everything down.
 func (p *peer) run(ctx context.Context) {
 	ctx, p.cancel = context.WithCancel(ctx)
 	defer p.shutdown()
-	proc, _, err := p.newVoice(p.srv.cfg.DefaultVoice, "", false)
-	if err == nil {
-		p.sess, err = stream.NewSession(stream.Config{IORate: opusRate, MaxQueue: p.srv.cfg.MaxQueue}, p.srv.cfg.DefaultVoice, proc)
-	}
-	if err != nil {
-		p.sendError(CodeInternal, fmt.Sprintf("default voice: %v", err), true)
+	if err := p.start(); err != nil {
+		p.sendError(CodeInternal, err.Error(), true)
 		return
 	}
-	p.voiceName, p.voice = p.srv.cfg.DefaultVoice, proc
 
 	p.conn.SetReadLimit(p.srv.cfg.MaxMessage)
 	// A client may change its voice many times a second, but not flood the server with work.
@@ -342,6 +352,7 @@ func (p *peer) answer(ctx context.Context, offer string) error {
 	if err != nil {
 		return fmt.Errorf("add track: %w", err)
 	}
+	close(p.negotiated)
 	p.spawn(func() { // drain RTCP so the interceptors see receiver reports
 		buf := make([]byte, 1500)
 		for {
@@ -355,10 +366,21 @@ func (p *peer) answer(ctx context.Context, offer string) error {
 	if err != nil {
 		return fmt.Errorf("create answer: %w", err)
 	}
+	gathered := webrtc.GatheringCompletePromise(pc)
 	if err := pc.SetLocalDescription(ans); err != nil {
 		return fmt.Errorf("set answer: %w", err)
 	}
-	p.send(Message{Type: "answer", SDP: pc.LocalDescription().SDP})
+	if p.conn == nil {
+		// WHIP: no trickling, the answer carries every candidate.
+		select {
+		case <-gathered:
+		case <-time.After(5 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	p.answerSDP = pc.LocalDescription().SDP
+	p.send(Message{Type: "answer", SDP: p.answerSDP})
 	return nil
 }
 
@@ -401,6 +423,9 @@ func (p *peer) sendError(code, msg string, fatal bool) {
 
 // send writes one JSON message; failures mean the socket is going away, which the reader sees.
 func (p *peer) send(v any) {
+	if p.conn == nil {
+		return // a WHIP session has no signaling socket
+	}
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
 	p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
@@ -408,6 +433,9 @@ func (p *peer) send(v any) {
 }
 
 func (p *peer) closeSocket(code int, reason string) {
+	if p.conn == nil {
+		return
+	}
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
 	_ = p.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
@@ -444,7 +472,9 @@ func (p *peer) shutdown() {
 	p.release() // the media loop has stopped: no processor is in use
 	p.mu.Unlock()
 	p.closeSocket(websocket.CloseNormalClosure, "session ended")
-	p.conn.Close()
+	if p.conn != nil {
+		p.conn.Close()
+	}
 }
 
 // drainFrames is how long an underflow keeps feeding the processor (PLC, then silence): longer

@@ -67,6 +67,10 @@ type Server struct {
 	wg     sync.WaitGroup
 	nextID atomic.Uint64
 	active atomic.Int64
+
+	mu      sync.Mutex
+	peers   map[string]*peer  // live sessions by id (WHEP looks them up)
+	viewers map[string]viewer // WHEP viewers by id
 }
 
 // NewServer builds the WebRTC API (Opus only, default interceptors) and the server.
@@ -97,7 +101,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if len(cfg.PublicIPs) > 0 {
 		se.SetNAT1To1IPs(cfg.PublicIPs, webrtc.ICECandidateTypeHost)
 	}
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, peers: map[string]*peer{}, viewers: map[string]viewer{}}
 	if cfg.UDPPort > 0 {
 		conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: cfg.UDPPort})
 		if err != nil {
@@ -140,7 +144,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := s.cfg.Logger.With("session", id, "remote", r.RemoteAddr)
 	log.Info("session started")
 	p := newPeer(s, id, conn, log)
+	s.addPeer(p)
 	p.run(s.ctx)
+	s.removePeer(p)
 	log.Info("session ended")
 }
 

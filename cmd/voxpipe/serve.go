@@ -232,7 +232,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	}
 	a.closers = append(a.closers, func() { srv.Close(); ttsSrv.Close() })
 	mux := http.NewServeMux()
-	mux.Handle("/v1/rtc", srv)
+	srv.Register(mux) // /v1/rtc signaling, WHIP ingest, WHEP egress
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"status": "ok", "sessions": srv.Active(), "tts_streams": ttsSrv.Active()})

@@ -1,0 +1,276 @@
+package rtc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+)
+
+// WHIP (RFC 9725) ingest and WHEP egress: OBS (30+) or ffmpeg sends its audio to
+// POST /v1/whip and gets it converted; any live session's output — a WHIP session's or a
+// browser session's — can be pulled with POST /v1/whep/{session}, e.g. into OBS as a WHEP
+// source. Both take an application/sdp offer and answer 201 with the SDP answer (all
+// candidates included, no trickling) and a Location to DELETE when done.
+
+// maxViewers bounds the WHEP viewers of one session.
+const maxViewers = 8
+
+// Register adds the signaling, WHIP and WHEP routes to mux.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.Handle("/v1/rtc", s)
+	mux.HandleFunc("POST /v1/whip", s.whip)
+	mux.HandleFunc("DELETE /v1/whip/{id}", s.whipDelete)
+	mux.HandleFunc("POST /v1/whep/{session}", s.whep)
+	mux.HandleFunc("DELETE /v1/whep/{session}/{viewer}", s.whepDelete)
+}
+
+func (s *Server) addPeer(p *peer) {
+	s.mu.Lock()
+	s.peers[p.id] = p
+	s.mu.Unlock()
+}
+
+// removePeer forgets a session and hangs up its viewers.
+func (s *Server) removePeer(p *peer) {
+	s.mu.Lock()
+	delete(s.peers, p.id)
+	var gone []*webrtc.PeerConnection
+	for id, v := range s.viewers {
+		if v.session == p.id {
+			gone = append(gone, v.pc)
+			delete(s.viewers, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, pc := range gone {
+		pc.Close()
+	}
+}
+
+type viewer struct {
+	session string
+	pc      *webrtc.PeerConnection
+}
+
+// readOffer reads an application/sdp body and checks it offers Opus audio.
+func (s *Server) readOffer(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if s.ctx.Err() != nil {
+		http.Error(w, "server is shutting down", http.StatusServiceUnavailable)
+		return "", false
+	}
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/sdp") {
+		http.Error(w, "the body must be an SDP offer with Content-Type: application/sdp", http.StatusUnsupportedMediaType)
+		return "", false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxMessage))
+	if err != nil {
+		http.Error(w, "offer too large or unreadable: "+err.Error(), http.StatusRequestEntityTooLarge)
+		return "", false
+	}
+	if code, err := checkOffer(string(body)); err != nil {
+		http.Error(w, code+": "+err.Error(), http.StatusBadRequest)
+		return "", false
+	}
+	return string(body), true
+}
+
+func writeAnswer(w http.ResponseWriter, location, sdp string) {
+	w.Header().Set("Content-Type", "application/sdp")
+	w.Header().Set("Location", location)
+	w.WriteHeader(http.StatusCreated)
+	io.WriteString(w, sdp)
+}
+
+// whip starts a session from an offer. The voice and its settings come from the query:
+// ?voice=dsp&pitch_semitones=4 (any other numeric parameter is a voice parameter), &ref=ID
+// for voices that take a reference clip.
+func (s *Server) whip(w http.ResponseWriter, r *http.Request) {
+	offer, ok := s.readOffer(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	m := Message{Type: "session", Voice: q.Get("voice"), Ref: q.Get("ref")}
+	for k, vs := range q {
+		if k == "voice" || k == "ref" || k == "token" {
+			continue
+		}
+		v, err := strconv.ParseFloat(vs[0], 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("%s: parameter %q is not a number", CodeBadParams, k), http.StatusBadRequest)
+			return
+		}
+		if m.Params == nil {
+			m.Params = map[string]float64{}
+		}
+		m.Params[k] = v
+	}
+	id := fmt.Sprintf("w%06d", s.nextID.Add(1))
+	log := s.cfg.Logger.With("session", id, "remote", r.RemoteAddr, "via", "whip")
+	p := newPeer(s, id, nil, log)
+	ctx, cancel := context.WithCancel(s.ctx)
+	p.cancel = cancel
+	fail := func(status int, msg string) {
+		cancel()
+		p.shutdown()
+		http.Error(w, msg, status)
+	}
+	if err := p.start(); err != nil {
+		fail(http.StatusInternalServerError, err.Error())
+		return
+	}
+	if code, err := p.configure(m); err != nil {
+		fail(http.StatusBadRequest, code+": "+err.Error())
+		return
+	}
+	if err := p.answer(ctx, offer); err != nil {
+		fail(http.StatusBadRequest, "negotiation failed: "+err.Error())
+		return
+	}
+	s.addPeer(p)
+	s.active.Add(1)
+	if s.cfg.OnSession != nil {
+		s.cfg.OnSession(id, true)
+	}
+	s.wg.Add(1)
+	go func() { // the session lives until DELETE, the peer connection failing, or shutdown
+		defer s.wg.Done()
+		<-ctx.Done()
+		s.removePeer(p)
+		p.shutdown()
+		s.active.Add(-1)
+		if s.cfg.OnSession != nil {
+			s.cfg.OnSession(id, false)
+		}
+		log.Info("whip session ended")
+	}()
+	log.Info("whip session started", "voice", p.voiceName)
+	writeAnswer(w, "/v1/whip/"+id, p.answerSDP)
+}
+
+func (s *Server) whipDelete(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	p, ok := s.peers[r.PathValue("id")]
+	s.mu.Unlock()
+	if !ok || p.conn != nil {
+		http.Error(w, "no such WHIP session", http.StatusNotFound)
+		return
+	}
+	p.cancel()
+	w.WriteHeader(http.StatusOK)
+}
+
+// whep lets a viewer receive a live session's output track.
+func (s *Server) whep(w http.ResponseWriter, r *http.Request) {
+	offer, ok := s.readOffer(w, r)
+	if !ok {
+		return
+	}
+	session := r.PathValue("session")
+	s.mu.Lock()
+	p, ok := s.peers[session]
+	n := 0
+	for _, v := range s.viewers {
+		if v.session == session {
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		http.Error(w, "no live session "+session, http.StatusNotFound)
+		return
+	}
+	if n >= maxViewers {
+		http.Error(w, fmt.Sprintf("session %s already has %d viewers", session, maxViewers), http.StatusServiceUnavailable)
+		return
+	}
+	select {
+	case <-p.negotiated:
+	case <-time.After(5 * time.Second):
+		http.Error(w, "session "+session+" has not negotiated its media yet", http.StatusConflict)
+		return
+	}
+	pc, err := s.api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	answer, err := func() (string, error) {
+		sender, err := pc.AddTrack(p.track) // the session's one output track, shared by its viewers
+		if err != nil {
+			return "", err
+		}
+		go func() { // drain RTCP for the interceptors; ends when pc closes
+			buf := make([]byte, 1500)
+			for {
+				if _, _, err := sender.Read(buf); err != nil {
+					return
+				}
+			}
+		}()
+		if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
+			return "", err
+		}
+		ans, err := pc.CreateAnswer(nil)
+		if err != nil {
+			return "", err
+		}
+		gathered := webrtc.GatheringCompletePromise(pc)
+		if err := pc.SetLocalDescription(ans); err != nil {
+			return "", err
+		}
+		select {
+		case <-gathered:
+		case <-time.After(5 * time.Second):
+		}
+		return pc.LocalDescription().SDP, nil
+	}()
+	if err != nil {
+		pc.Close()
+		http.Error(w, "negotiation failed: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	vid := fmt.Sprintf("v%06d", s.nextID.Add(1))
+	s.mu.Lock()
+	if _, live := s.peers[session]; !live {
+		s.mu.Unlock()
+		pc.Close()
+		http.Error(w, "session "+session+" ended", http.StatusNotFound)
+		return
+	}
+	s.viewers[vid] = viewer{session: session, pc: pc}
+	s.mu.Unlock()
+	pc.OnConnectionStateChange(func(st webrtc.PeerConnectionState) {
+		if st == webrtc.PeerConnectionStateFailed || st == webrtc.PeerConnectionStateClosed {
+			s.mu.Lock()
+			delete(s.viewers, vid)
+			s.mu.Unlock()
+			pc.Close()
+		}
+	})
+	writeAnswer(w, "/v1/whep/"+session+"/"+vid, answer)
+}
+
+func (s *Server) whepDelete(w http.ResponseWriter, r *http.Request) {
+	vid := r.PathValue("viewer")
+	s.mu.Lock()
+	v, ok := s.viewers[vid]
+	if ok && v.session == r.PathValue("session") {
+		delete(s.viewers, vid)
+	} else {
+		ok = false
+	}
+	s.mu.Unlock()
+	if !ok {
+		http.Error(w, "no such WHEP viewer", http.StatusNotFound)
+		return
+	}
+	v.pc.Close()
+	w.WriteHeader(http.StatusOK)
+}
