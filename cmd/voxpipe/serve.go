@@ -45,6 +45,7 @@ type serveOptions struct {
 	ttsWait                                          time.Duration
 	vcModel, vcRef                                   string
 	apiKeys                                          []string
+	obsURL, obsInput                                 string
 }
 
 func runServe(args []string, stdout, stderr io.Writer) error {
@@ -65,6 +66,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.ttsSlots, "tts-slots", 2, "concurrent TTS streams per model; more wait in line, then get busy/503")
 	fs.DurationVar(&o.ttsWait, "tts-queue", 2*time.Second, "how long a TTS request waits for a free slot")
 	fs.StringVar(&o.vcModel, "vc-model", "", "MeanVC2 model (GGUF): adds the live voice meanvc2 (a target voice is a reference clip)")
+	fs.StringVar(&o.obsURL, "obs", "", "obs-websocket v5 address (ws://localhost:4455): keep --obs-input's audio sync offset at the live voice's measured latency; password from $OBS_WEBSOCKET_PASSWORD")
+	fs.StringVar(&o.obsInput, "obs-input", "voxpipe", "the OBS input (source name) whose sync offset --obs sets")
 	fs.StringVar(&o.vcRef, "vc-ref", "", "default meanvc2 target voice when a session names none: a WAV clip, or a voice library id or name")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
 	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
@@ -220,10 +223,17 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	if o.publicIP != "" {
 		ips = strings.Split(o.publicIP, ",")
 	}
+	onStats := met.VCStats
+	if o.obsURL != "" {
+		octx, cancel := context.WithCancel(context.Background())
+		a.closers = append(a.closers, cancel)
+		obs := newOBSSync(octx, o.obsURL, o.obsInput, log)
+		onStats = func(st rtc.StatsMessage) { met.VCStats(st); obs.Stats(st) }
+	}
 	srv, err := rtc.NewServer(rtc.Config{
 		Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice, Jitter: buffers.JitterConfig{Target: o.jitter},
 		Loopback: o.loopback, PublicIPs: ips, UDPPort: o.udpPort, Logger: log,
-		OnSession: met.VCSession, OnStats: met.VCStats,
+		OnSession: met.VCSession, OnStats: onStats,
 		Synthesizers: synths, TTSAdmission: ttsSrv.Admission,
 	})
 	if err != nil {
