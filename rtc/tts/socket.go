@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -51,6 +52,10 @@ type ttsContext struct {
 	text   string // received text not yet handed to the worker
 	chars  int    // all text received, for the limit
 	closed bool   // continue:false seen; no more text
+
+	// dropped is set by a client's cancel: its queued audio is not sent. (A context that
+	// simply finished still has its last audio waiting in the queue.)
+	dropped atomic.Bool
 
 	mu      sync.Mutex // the fields below are written by the worker, read on cancel
 	start   time.Time
@@ -111,7 +116,7 @@ func (k *socket) allow() bool {
 
 func (k *socket) writer() {
 	for o := range k.out {
-		if o.c != nil && o.m.Type == "audio" && o.c.ctx.Err() != nil {
+		if o.c != nil && o.m.Type == "audio" && o.c.dropped.Load() {
 			continue // cancelled: queued audio is dropped at once
 		}
 		if k.ctx.Err() != nil {
@@ -160,6 +165,7 @@ func (k *socket) handle(data []byte) {
 			k.sendError(m.ContextID, CodeBadMessage, "no open context "+m.ContextID, 0)
 			return
 		}
+		c.dropped.Store(true)
 		c.cancel()
 		k.forget(c)
 		k.send(ServerMessage{Type: "done", ContextID: c.id, Canceled: true, Metrics: c.metrics()}, nil)

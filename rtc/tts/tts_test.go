@@ -376,3 +376,45 @@ func TestSpeechEndpoint(t *testing.T) {
 	cancel()
 	resp.Body.Close()
 }
+
+// TestSlowReaderGetsAllAudio: a client that does not read for a while (so the server's
+// socket and queue back up) still gets every audio message of a finished context: nothing
+// queued is dropped when a context ends on its own.
+func TestSlowReaderGetsAllAudio(t *testing.T) {
+	_, base := newServer(t, tts.Config{})
+	conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(base, "http")+"/v1/tts/ws", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.WriteJSON(map[string]any{"type": "speak", "context_id": "s", "text": "Hello there, slow reader.",
+		"format": map[string]any{"encoding": "pcm_s16le", "sample_rate": 48000},
+		"options": map[string]any{"max_tokens": 700, "seed": 9}})
+	time.Sleep(3 * time.Second) // synthesis runs ahead; nobody reads
+	var samples int
+	for {
+		var m tts.ServerMessage
+		if err := conn.ReadJSON(&m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Type == "audio" {
+			samples += len(m.Data) / 2
+			continue
+		}
+		if m.Type != "done" || m.Metrics == nil {
+			t.Fatalf("%+v", m)
+		}
+		if want := int(m.Metrics.AudioMs * 48); abs(samples-want) > 480 {
+			t.Errorf("%d samples for %.0f ms (want ≈ %d)", samples, m.Metrics.AudioMs, want)
+		}
+		t.Logf("%d samples for %.0f ms of audio", samples, m.Metrics.AudioMs)
+		return
+	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
