@@ -319,6 +319,15 @@ func (m *Model) Tensor(name string) (*ModelTensor, bool) {
 	return &m.tensors[i], true
 }
 
+// Shape is a tensor's logical shape (PyTorch order), read from the metadata only.
+func (m *Model) Shape(name string) ([]int, bool) {
+	t, ok := m.Tensor(name)
+	if !ok {
+		return nil, false
+	}
+	return append([]int{}, t.Shape...), true
+}
+
 // Get returns a tensor's values dequantised to float32 (a new slice, row-major in the
 // shape) and its logical shape in PyTorch order (a new slice; empty for a scalar).
 func (m *Model) Get(name string) ([]float32, []int, error) {

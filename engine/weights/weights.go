@@ -493,3 +493,38 @@ func shapeMatches(got, want []int) bool {
 	}
 	return true
 }
+
+// Under is the view of src under a dotted prefix ("model.layers.3."): a loader binds one
+// layer at a time through it, copies it into buffers and drops it before the next, so the
+// float32 copies of a large model never all exist at once. Errors name the full tensor.
+func Under(src Source, prefix string) Source { return under{src, prefix} }
+
+type under struct {
+	src    Source
+	prefix string
+}
+
+func (u under) Get(name string) ([]float32, []int, error) { return u.src.Get(u.prefix + name) }
+func (u under) Has(name string) bool                      { return u.src.Has(u.prefix + name) }
+
+// Prefix is the full prefix, for the names in binding errors.
+func (u under) Prefix() string {
+	if q, ok := u.src.(interface{ Prefix() string }); ok {
+		return q.Prefix() + u.prefix
+	}
+	return u.prefix
+}
+
+// Shaper is a source that can tell a tensor's shape without reading its data.
+type Shaper interface {
+	Shape(name string) ([]int, bool)
+}
+
+// Shape reports a tensor's shape through the wrapped source when it can tell it without
+// reading the data.
+func (u under) Shape(name string) ([]int, bool) {
+	if s, ok := u.src.(Shaper); ok {
+		return s.Shape(u.prefix + name)
+	}
+	return nil, false
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -338,5 +339,24 @@ func TestBindPlainSource(t *testing.T) {
 	}
 	if !w.Empty.Present() || len(w.Empty.Data) != 0 {
 		t.Errorf("a tensor with no elements is still present: %+v", w.Empty)
+	}
+}
+
+func TestUnder(t *testing.T) {
+	src := mapSource{"layers.3.w": {2, 4}, "w": {1}}
+	var w struct {
+		W weights.Tensor `gguf:"w"`
+		X weights.Tensor `gguf:"x"`
+	}
+	err := weights.Bind(weights.Under(src, "layers.3."), &w)
+	var be *weights.BindError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "layers.3.x") {
+		t.Fatalf("missing tensor not named with its full name: %v", err)
+	}
+	if !slices.Equal(w.W.Shape, []int{2, 4}) {
+		t.Errorf("bound %v", w.W.Shape)
+	}
+	if _, ok := weights.Under(src, "layers.3.").(weights.Shaper).Shape("w"); ok {
+		t.Error("shape without a Shaper underneath")
 	}
 }

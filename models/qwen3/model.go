@@ -58,23 +58,6 @@ func (c Config) expectLayerShapes(l *layerWeights) {
 	l.Down.Shape = []int{c.Hidden, c.FFN}
 }
 
-// prefixSource is the view of src under a dotted prefix ("model.layers.3."), so one layer
-// can be bound, copied into buffers and dropped before the next is read: the float32 copies
-// of a real-size checkpoint never exist all at once next to the buffers.
-type prefixSource struct {
-	src    weights.Source
-	prefix string
-}
-
-func (p prefixSource) Get(name string) ([]float32, []int, error) { return p.src.Get(p.prefix + name) }
-func (p prefixSource) Has(name string) bool                      { return p.src.Has(p.prefix + name) }
-func (p prefixSource) Prefix() string {
-	if q, ok := p.src.(interface{ Prefix() string }); ok {
-		return q.Prefix() + p.prefix
-	}
-	return p.prefix
-}
-
 // rawSource hands out tensors as stored (*gguf.Model does).
 type rawSource interface {
 	Raw(name string) ([]byte, gguf.DType, []int, error)
@@ -271,7 +254,7 @@ func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model,
 		var layer layerWeights
 		lw, lb := &layer, &m.layers[i]
 		cfg.expectLayerShapes(lw)
-		if err := weights.Bind(prefixSource{src, p}, lw); err != nil {
+		if err := weights.Bind(weights.Under(src, p), lw); err != nil {
 			return fail(fmt.Errorf("qwen3: %w", err))
 		}
 		for _, e := range []struct {

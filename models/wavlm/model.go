@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
 )
 
@@ -63,21 +62,6 @@ type layerWeights struct {
 	FC2B   weights.Tensor `gguf:"fc2.bias"`
 	FinLW  weights.Tensor `gguf:"final_layer_norm.weight"`
 	FinLB  weights.Tensor `gguf:"final_layer_norm.bias"`
-}
-
-// prefixed is src under a dotted prefix, so one layer at a time is bound and uploaded.
-type prefixed struct {
-	src    weights.Source
-	prefix string
-}
-
-func (p prefixed) Get(name string) ([]float32, []int, error) { return p.src.Get(p.prefix + name) }
-func (p prefixed) Has(name string) bool                      { return p.src.Has(p.prefix + name) }
-func (p prefixed) Prefix() string {
-	if q, ok := p.src.(interface{ Prefix() string }); ok {
-		return q.Prefix() + p.prefix
-	}
-	return p.prefix
 }
 
 type convBufs struct{ w, normW, normB *engine.Buffer }
@@ -139,13 +123,10 @@ func shapeOf(src weights.Source, name string) ([]int, bool) {
 	if !src.Has(name) {
 		return nil, false
 	}
-	switch s := src.(type) {
-	case *gguf.Model:
-		if t, ok := s.Tensor(name); ok {
-			return slices.Clone(t.Shape), true
+	if s, ok := src.(weights.Shaper); ok {
+		if shape, ok := s.Shape(name); ok {
+			return shape, true
 		}
-	case prefixed:
-		return shapeOf(s.src, s.prefix+name)
 	}
 	_, shape, err := src.Get(name)
 	return shape, err == nil
@@ -356,7 +337,7 @@ func Load(src weights.Source, backend engine.Backend, opts Options) (*Model, err
 		}
 		lw.GrepW.Shape, lw.GrepB.Shape, lw.GrepA.Shape = []int{8, hd}, []int{8}, []int{1, c.Heads, 1, 1}
 		lw.FC1.Shape, lw.FC1B.Shape, lw.FC2.Shape = []int{c.FFN, h}, []int{c.FFN}, []int{h, c.FFN}
-		if err := weights.Bind(prefixed{src, p}, &lw); err != nil {
+		if err := weights.Bind(weights.Under(src, p), &lw); err != nil {
 			return fail(fmt.Errorf("wavlm: %w", err))
 		}
 		lb := &m.layers[i]
