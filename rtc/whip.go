@@ -162,6 +162,7 @@ func (s *Server) whipDelete(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such WHIP session", http.StatusNotFound)
 		return
 	}
+	s.removePeer(p) // gone at once for WHEP and a repeated DELETE; the teardown follows
 	p.cancel()
 	w.WriteHeader(http.StatusOK)
 }
