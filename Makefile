@@ -36,18 +36,23 @@ test-go: deps
 test-web: test-deps build
 	node --test web/e2e/
 
-# Random-weight models at the published sizes for the model benchmarks (made once, ≈ 4.5 GB).
+# Random-weight models at the published sizes for the model benchmarks (made once, ≈ 6 GB).
 BENCH_MODELS ?= .bench-models
 bench-models: build
 	@mkdir -p $(BENCH_MODELS)
 	@[ -f $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf ] || ./$(BIN) mkmodel --family miotts --size 0.6b --dtype q8_0 --out $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf
 	@[ -f $(BENCH_MODELS)/miotts-0.6b-f32.gguf ] || ./$(BIN) mkmodel --family miotts --size 0.6b --dtype f32 --out $(BENCH_MODELS)/miotts-0.6b-f32.gguf
 	@[ -f $(BENCH_MODELS)/miocodec.gguf ] || ./$(BIN) mkmodel --family miocodec --out $(BENCH_MODELS)/miocodec.gguf
+	@[ -f $(BENCH_MODELS)/meanvc2.gguf ] || ./$(BIN) mkmodel --family meanvc2 --out $(BENCH_MODELS)/meanvc2.gguf
 
 bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the models at real size, the WebRTC loopback
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
+	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 2 --seconds 20 --json
+	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 1 --seconds 20 --json
+	./$(BIN) bench tts-load --sessions 1 --seconds 10 --json
+	./$(BIN) bench tts-load --sessions 20 --seconds 10 --slots 2 --queue 50ms --json
 	./$(BIN) bench gemm --json
 	./$(BIN) bench planner --graph wavlm-large --seconds 10 --json
 	./$(BIN) bench planner --graph wavlm-large --seconds 30 --json
