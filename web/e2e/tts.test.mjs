@@ -7,17 +7,10 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { startServer, launch, sleep, GOLDEN, ROOT } from './helpers.mjs';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-const SERVER_BIN = path.resolve(ROOT, process.env.VOXPIPE_BIN || 'bin/voxpipe');
-const GOLDEN = process.env.VOXPIPE_GOLDEN_DIR || path.resolve(ROOT, '..', 'shared', 'golden');
 const LM = path.join(GOLDEN, 'miotts', 'model.gguf');
 const CODEC = path.join(GOLDEN, 'miocodec', 'model.gguf');
 const VOICE = path.join(ROOT, 'testdata', 'speech_en_48k.wav');
@@ -25,56 +18,17 @@ const haveModels = existsSync(LM) && existsSync(CODEC);
 
 let server = null;
 let browser = null;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-async function startServer() {
-  const listen = `127.0.0.1:${await freePort()}`;
-  const proc = spawn(SERVER_BIN, ['serve', '--listen', listen, '--tts-model', LM, '--codec', CODEC,
-    '--tts-voice', VOICE, '--voices', path.join('/tmp', `voxpipe-e2e-voices-${process.pid}`)],
-  { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  proc.stdout.on('data', (c) => { log += c; });
-  proc.stderr.on('data', (c) => { log += c; });
-  const url = `http://${listen}`;
-  for (const deadline = Date.now() + 20_000; Date.now() < deadline; await sleep(100)) {
-    if (proc.exitCode !== null) throw new Error(`server exited early:\n${log}`);
-    try {
-      if ((await fetch(url + '/healthz')).ok) return { proc, url, log: () => log };
-    } catch { /* not up yet */ }
-  }
-  proc.kill('SIGKILL');
-  throw new Error(`server did not come up:\n${log}`);
-}
 
 before(async () => {
   if (!haveModels) return;
-  if (!existsSync(SERVER_BIN)) throw new Error(`build ${SERVER_BIN} first (go build -o bin/voxpipe ./cmd/voxpipe)`);
-  server = await startServer();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--no-first-run', '--autoplay-policy=no-user-gesture-required'],
-  });
+  server = await startServer(['--tts-model', LM, '--codec', CODEC, '--tts-voice', VOICE,
+    '--voices', path.join('/tmp', `voxpipe-e2e-voices-${process.pid}`)]);
+  browser = await launch();
 });
 
 after(async () => {
   if (browser) await browser.close();
-  if (server) {
-    server.proc.kill('SIGTERM');
-    await new Promise((r) => server.proc.once('exit', r));
-  }
+  if (server) await server.stop();
 });
 
 test('TTS console: speaks, plays the audio, shows metrics, cancels', { skip: !haveModels && 'golden models not available' }, async () => {
