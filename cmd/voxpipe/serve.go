@@ -46,6 +46,7 @@ type serveOptions struct {
 	vcModel, vcRef                                   string
 	apiKeys                                          []string
 	obsURL, obsInput                                 string
+	sessionsPerKey                                   int
 }
 
 func runServe(args []string, stdout, stderr io.Writer) error {
@@ -71,8 +72,15 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.vcRef, "vc-ref", "", "default meanvc2 target voice when a session names none: a WAV clip, or a voice library id or name")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
 	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
+	fs.IntVar(&o.sessionsPerKey, "sessions-per-key", 20, "open sessions (signaling and TTS sockets, streamed speech) one API key may hold at once; 0: no limit")
+	config := fs.String("config", "", "a YAML or JSON file of settings named like these flags; flags on the command line override it")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	if *config != "" {
+		if err := applyConfigFile(fs, *config); err != nil {
+			return err
+		}
 	}
 	for _, list := range []string{*apiKeys, os.Getenv("VOXPIPE_API_KEYS")} {
 		if list != "" {
@@ -262,7 +270,10 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		return nil, err
 	}
 	// With keys, everything but the static pages and the health check needs one.
-	a.handler = keys.Middleware(mux, func(path string) bool {
+	long := func(path string) bool {
+		return path == "/v1/rtc" || path == "/v1/tts/ws" || path == "/v1/audio/speech"
+	}
+	a.handler = keys.Middleware(keys.LimitSessions(mux, o.sessionsPerKey, long), func(path string) bool {
 		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics"
 	})
 	return a, nil

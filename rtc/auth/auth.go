@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // Keys is a set of accepted API keys. The zero value accepts everything (no auth).
@@ -106,4 +107,43 @@ func Required(listen string, k *Keys) error {
 		return nil
 	}
 	return fmt.Errorf("listening on %s (reachable from other machines) needs API keys: set VOXPIPE_API_KEYS or --api-key", listen)
+}
+
+// LimitSessions refuses a key's request with 429 while that key already has max requests in
+// flight on the long-lived paths (signaling and TTS sockets, streamed speech): one client
+// cannot take every stream of the server. No keys or max ≤ 0: no limit.
+func (k *Keys) LimitSessions(next http.Handler, max int, long func(path string) bool) http.Handler {
+	if !k.Enabled() || max <= 0 {
+		return next
+	}
+	var mu sync.Mutex
+	open := map[[32]byte]int{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := KeyOf(r)
+		if key == "" || !long(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		id := sha256.Sum256([]byte(key))
+		mu.Lock()
+		if open[id] >= max {
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(http.StatusTooManyRequests)
+			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "too_many_sessions",
+				"message": fmt.Sprintf("this API key already has %d open sessions", max)}})
+			return
+		}
+		open[id]++
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			if open[id]--; open[id] == 0 {
+				delete(open, id)
+			}
+			mu.Unlock()
+		}()
+		next.ServeHTTP(w, r)
+	})
 }

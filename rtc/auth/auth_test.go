@@ -70,3 +70,41 @@ func TestRequired(t *testing.T) {
 		}
 	}
 }
+
+func TestLimitSessions(t *testing.T) {
+	k, _ := NewKeys([]string{"0123456789abcdef-one", "0123456789abcdef-two"})
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		w.WriteHeader(204)
+	})
+	h := k.LimitSessions(slow, 2, func(p string) bool { return p == "/v1/tts/ws" })
+	do := func(key string) int {
+		r := httptest.NewRequest("GET", "/v1/tts/ws?token="+key, nil)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec.Code
+	}
+	codes := make(chan int, 2)
+	for range 2 {
+		go func() { codes <- do("0123456789abcdef-one") }()
+	}
+	<-entered
+	<-entered
+	if c := do("0123456789abcdef-one"); c != http.StatusTooManyRequests {
+		t.Errorf("third session of a key: %d", c)
+	}
+	go func() { codes <- do("0123456789abcdef-two") }() // another key is not limited by it
+	<-entered
+	close(release)
+	for range 3 {
+		if c := <-codes; c != 204 {
+			t.Errorf("session: %d", c)
+		}
+	}
+	if c := do("0123456789abcdef-one"); c != 204 {
+		t.Errorf("after the others ended: %d", c)
+	}
+}
