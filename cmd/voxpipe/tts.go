@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,7 +31,7 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "sampling seed (0: the fixed default, so runs repeat)")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: the model's default)")
 	maxTokens := fs.Int("max-tokens", 0, "speech tokens per sentence group at most (0: the model's default, 700 = 28 s)")
-	firstCore := fs.Int("first-window", 0, "tokens in the first codec window's core (0: the default; smaller starts audio sooner)")
+	ramp := fs.String("ramp", "", "cores of the first codec windows, e.g. 4,8,16 (default; smaller starts audio sooner; \"none\" for whole windows from the start)")
 	cacheDir := fs.String("voice-cache", defaultVoiceCacheDir(), "directory keeping speaker embeddings between runs (\"\" for none)")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	pos, err := parseInterleaved(fs, args)
@@ -82,7 +83,21 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	defer be.Close()
 	t0 := time.Now()
 	logf("loading %s and %s…\n", *model, *codec)
-	tts, err := miotts.Load(*model, *codec, be, miotts.Options{VoiceCacheDir: *cacheDir, FirstCore: *firstCore})
+	var rampCores []int
+	switch *ramp {
+	case "":
+	case "none":
+		rampCores = []int{}
+	default:
+		for _, f := range strings.Split(*ramp, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("--ramp %q: give positive token counts like 4,8,16", *ramp)
+			}
+			rampCores = append(rampCores, n)
+		}
+	}
+	tts, err := miotts.Load(*model, *codec, be, miotts.Options{VoiceCacheDir: *cacheDir, Ramp: rampCores})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package miocodec
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // StatsMode is how a Stream's GroupNorms get their statistics.
@@ -42,12 +43,15 @@ type StreamOptions struct {
 	// Crossfade is the length in samples of the raised-cosine blend at each seam, centred
 	// on it (0: half a token; <0: none). It is limited by the context on both sides.
 	Crossfade int
-	// FirstCore and FirstContext, when > 0, give the first window a shorter core and right
-	// context, so the first audio comes after FirstCore+FirstContext tokens instead of
-	// Core+RightContext (lower time to first audio; the first core sees less future).
-	FirstCore, FirstContext int
-	Stats                   StatsMode
-	Frozen                  *GroupStats // StatsFrozen only
+	// Ramp lists the cores of the first windows, shorter than Core, so that audio starts
+	// after Ramp[0] + its right context tokens and each next window is ready before the
+	// audio already out has played (e.g. 4, 8, 16, then Core). A ramp window's right context
+	// is RampContext, or min(its core, RightContext) when that is 0: early cores see less
+	// future, later windows are unaffected.
+	Ramp        []int
+	RampContext int
+	Stats       StatsMode
+	Frozen      *GroupStats // StatsFrozen only
 }
 
 // Stream decodes one utterance while its tokens arrive, as overlapping windows
@@ -87,11 +91,11 @@ func (d *Decoder) NewStream(global []float32, o StreamOptions) (*Stream, error) 
 		return c
 	}
 	o.LeftContext, o.RightContext = ctx(o.LeftContext), ctx(o.RightContext)
-	if o.FirstCore <= 0 {
-		o.FirstCore = o.Core
-	}
-	if o.FirstContext <= 0 {
-		o.FirstContext = o.RightContext
+	o.Ramp = slices.Clone(o.Ramp)
+	for _, c := range o.Ramp {
+		if c <= 0 {
+			return nil, fmt.Errorf("miocodec: stream: ramp core %d is not positive", c)
+		}
 	}
 	s := &Stream{d: d, global: append([]float32(nil), global...), o: o, spt: d.Config.SamplesPerToken()}
 	switch {
@@ -101,7 +105,11 @@ func (d *Decoder) NewStream(global []float32, o StreamOptions) (*Stream, error) 
 		s.half = o.Crossfade / 2
 	}
 	// Seams are a core apart and each blend needs its samples on both sides from context.
-	s.half = min(s.half, s.spt, min(o.Core, o.FirstCore)*s.spt/2, o.LeftContext*s.spt, min(o.RightContext, o.FirstContext)*s.spt)
+	s.half = min(s.half, s.spt, o.Core*s.spt/2, o.LeftContext*s.spt, o.RightContext*s.spt)
+	for w := range o.Ramp {
+		c0, c1 := s.core(w)
+		s.half = min(s.half, (c1-c0)*s.spt/2, s.right(w)*s.spt)
+	}
 	if o.Stats == StatsFrozen && o.Frozen == nil {
 		return nil, fmt.Errorf("miocodec: stream: frozen statistics mode without statistics")
 	}
@@ -142,12 +150,7 @@ func (s *Stream) Push(tokens []int32) ([]float32, error) {
 	s.tokens = append(s.tokens, tokens...)
 	s.out = s.out[:0]
 	for {
-		_, end := s.core(s.window)
-		right := s.o.RightContext
-		if s.window == 0 {
-			right = s.o.FirstContext
-		}
-		if end+right > len(s.tokens) {
+		if _, end := s.core(s.window); end+s.right(s.window) > len(s.tokens) {
 			break
 		}
 		if err := s.decodeWindow(false); err != nil {
@@ -175,13 +178,27 @@ func (s *Stream) Flush() ([]float32, error) {
 	return out, nil
 }
 
-// core is window w's core, tokens [start, end): FirstCore tokens, then Core each.
+// core is window w's core, tokens [start, end): the ramp's cores, then Core each.
 func (s *Stream) core(w int) (start, end int) {
-	if w == 0 {
-		return 0, s.o.FirstCore
+	for i, c := range s.o.Ramp {
+		if i == w {
+			return start, start + c
+		}
+		start += c
 	}
-	start = s.o.FirstCore + (w-1)*s.o.Core
+	start += (w - len(s.o.Ramp)) * s.o.Core
 	return start, start + s.o.Core
+}
+
+// right is window w's right context in tokens.
+func (s *Stream) right(w int) int {
+	if w >= len(s.o.Ramp) {
+		return s.o.RightContext
+	}
+	if s.o.RampContext > 0 {
+		return s.o.RampContext
+	}
+	return min(s.o.Ramp[w], s.o.RightContext)
 }
 
 // decodeWindow decodes window s.window and appends its final samples to s.out.
@@ -189,12 +206,8 @@ func (s *Stream) decodeWindow(flushing bool) error {
 	n := len(s.tokens)
 	core0, core1 := s.core(s.window)
 	core1 = min(core1, n)
-	right := s.o.RightContext
-	if s.window == 0 {
-		right = s.o.FirstContext
-	}
 	start := max(0, core0-s.o.LeftContext)
-	end := min(n, core1+right)
+	end := min(n, core1+s.right(s.window))
 	last := core1 == n && flushing
 	pl := s.d.tokenPlan(end - start)
 	switch s.o.Stats {

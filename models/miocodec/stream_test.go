@@ -191,9 +191,9 @@ func TestStreamOptions(t *testing.T) {
 	}
 }
 
-// TestStreamFirstWindow: a short first window starts the audio early without changing the
-// stitching (frozen statistics stay exact) or the length.
-func TestStreamFirstWindow(t *testing.T) {
+// TestStreamRamp: short first windows start the audio early without changing the stitching
+// (frozen statistics stay exact) or the length.
+func TestStreamRamp(t *testing.T) {
 	r, d := loadTestDecoder(t)
 	long, global := longCase(t, r)
 	full, stats, err := d.DecodeStats(long, global)
@@ -201,26 +201,27 @@ func TestStreamFirstWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := streamDecode(d, long, global, StreamOptions{Core: 24, LeftContext: 96, RightContext: 96,
-		FirstCore: 4, FirstContext: 96, Stats: StatsFrozen, Frozen: stats})
+		Ramp: []int{4, 8, 16}, RampContext: 96, Stats: StatsFrozen, Frozen: stats})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if mr, _ := relDiff(got, full); len(got) != len(full) || mr > 1e-4 {
-		t.Errorf("frozen with a 4-token first core: %d samples (want %d), max rel %.3g", len(got), len(full), mr)
+		t.Errorf("frozen with a 4, 8, 16 ramp: %d samples (want %d), max rel %.3g", len(got), len(full), mr)
 	}
-	s, err := d.NewStream(global, StreamOptions{FirstCore: 4, FirstContext: 4})
+	s, err := d.NewStream(global, StreamOptions{Ramp: []int{4, 8, 16}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := -1
+	// Windows become final after 4+4, 12+8, 28+16, then every 24 tokens (+16 context).
+	var at []int
 	total := 0
 	for i := range 60 {
 		out, err := s.Push(long[i : i+1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(out) > 0 && first < 0 {
-			first = i + 1
+		if len(out) > 0 {
+			at = append(at, i+1)
 		}
 		total += len(out)
 	}
@@ -229,7 +230,10 @@ func TestStreamFirstWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	total += len(out)
-	if first != 8 || total != 60*d.Config.SamplesPerToken() {
-		t.Errorf("first audio after %d tokens (want 8), %d samples (want %d)", first, total, 60*d.Config.SamplesPerToken())
+	if !slices.Equal(at, []int{8, 20, 44}) || total != 60*d.Config.SamplesPerToken() {
+		t.Errorf("audio after tokens %v (want [8 20 44]), %d samples (want %d)", at, total, 60*d.Config.SamplesPerToken())
+	}
+	if _, err := d.NewStream(global, StreamOptions{Ramp: []int{4, 0}}); err == nil {
+		t.Error("zero ramp core accepted")
 	}
 }

@@ -34,23 +34,25 @@ type TTS struct {
 	DefaultVoice string
 	Embeddings   *embcache.Cache
 	Stream       miocodec.StreamOptions
-	// FirstCore is the first codec window's core and right context in tokens, so the first
-	// audio comes after 2·FirstCore tokens rather than a whole window (DefaultFirstCore;
-	// < 0 turns it off).
-	FirstCore int
-	codecID   string
+	// Ramp are the cores of the first codec windows (see miocodec.StreamOptions.Ramp):
+	// audio starts after 2·Ramp[0] tokens, and each next window is decoded before the audio
+	// already out has played. nil: DefaultRamp; empty: no ramp.
+	Ramp    []int
+	codecID string
 }
 
-// DefaultFirstCore starts audio after 8 tokens (320 ms of speech): at real-time decode
-// speed that is about 0.2 s after prefill. The first 4 tokens then see 4 tokens of future
-// instead of the usual context; later windows are unaffected.
-const DefaultFirstCore = 4
+// DefaultRamp starts audio after 8 tokens (4 + 4 of right context: ~0.1 s of decoding on the
+// real 0.6B model) and grows the windows 4, 6, 10, 16, then 24: each window needs only a few
+// more tokens than the audio already out lasts, so at the real model's speed (~15 ms a token
+// with the codec interleaved, 2.7× real time) the stream never runs dry after its first
+// audio. Early cores see less future than later ones.
+var DefaultRamp = []int{4, 6, 10, 16}
 
 // Options configure Load.
 type Options struct {
 	VoiceCacheDir string // "" keeps speaker embeddings in memory only
 	Stream        miocodec.StreamOptions
-	FirstCore     int // see TTS.FirstCore; 0: DefaultFirstCore
+	Ramp          []int // see TTS.Ramp; nil: DefaultRamp
 }
 
 // Load opens the MioTTS LM and the MioCodec file.
@@ -59,9 +61,9 @@ func Load(lmPath, codecPath string, backend engine.Backend, opt Options) (*TTS, 
 	if err != nil {
 		return nil, err
 	}
-	t := &TTS{LM: lm, Stream: opt.Stream, FirstCore: opt.FirstCore}
-	if t.FirstCore == 0 {
-		t.FirstCore = DefaultFirstCore
+	t := &TTS{LM: lm, Stream: opt.Stream, Ramp: opt.Ramp}
+	if t.Ramp == nil {
+		t.Ramp = DefaultRamp
 	}
 	fail := func(err error) (*TTS, error) {
 		t.Close()
@@ -208,9 +210,7 @@ func (t *TTS) voice(req Request) ([]float32, error) {
 
 func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen GenOptions, st *Stats, out func([]float32, bool) error) error {
 	so := t.Stream
-	if t.FirstCore > 0 {
-		so.FirstCore, so.FirstContext = t.FirstCore, t.FirstCore
-	}
+	so.Ramp = t.Ramp
 	cs, err := t.Codec.NewStream(emb, so)
 	if err != nil {
 		return err

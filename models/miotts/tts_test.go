@@ -55,7 +55,7 @@ func TestStreamedEqualsOffline(t *testing.T) {
 	if st.Tokens == 0 || len(streamed) != st.Tokens*spt || st.Samples != len(streamed) {
 		t.Fatalf("%d tokens, %d samples streamed (stats %+v)", st.Tokens, len(streamed), st)
 	}
-	if st.Tokens > 2*DefaultFirstCore && chunks < 2 {
+	if st.Tokens > 2*DefaultRamp[0] && chunks < 2 {
 		t.Errorf("%d tokens came out in %d chunk(s): not streamed", st.Tokens, chunks)
 	}
 	// The same tokens through the codec stream all at once, and offline.
@@ -70,7 +70,7 @@ func TestStreamedEqualsOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := tts.Codec.NewStream(emb, miocodec.StreamOptions{FirstCore: DefaultFirstCore, FirstContext: DefaultFirstCore})
+	cs, err := tts.Codec.NewStream(emb, miocodec.StreamOptions{Ramp: DefaultRamp})
 	if err != nil {
 		t.Fatal(err)
 	}

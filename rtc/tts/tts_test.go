@@ -45,7 +45,7 @@ func synths(t *testing.T) *stream.Synthesizers {
 			loadErr = err
 			return
 		}
-		shared, loadErr = miotts.Load(lm, codec, be, miotts.Options{FirstCore: 4})
+		shared, loadErr = miotts.Load(lm, codec, be, miotts.Options{})
 		if loadErr == nil {
 			shared.DefaultVoice = "ref"
 			shared.Voices = adapt.Voices(nil, map[string]string{"ref": filepath.Join("..", "..", "testdata", "speech_en_48k.wav")})
@@ -388,7 +388,7 @@ func TestSlowReaderGetsAllAudio(t *testing.T) {
 	}
 	defer conn.Close()
 	conn.WriteJSON(map[string]any{"type": "speak", "context_id": "s", "text": "Hello there, slow reader.",
-		"format": map[string]any{"encoding": "pcm_s16le", "sample_rate": 48000},
+		"format":  map[string]any{"encoding": "pcm_s16le", "sample_rate": 48000},
 		"options": map[string]any{"max_tokens": 700, "seed": 9}})
 	time.Sleep(3 * time.Second) // synthesis runs ahead; nobody reads
 	var samples int
