@@ -9,6 +9,7 @@ package conformer
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/voxpipe/voxpipe/engine/weights"
 
 	"github.com/voxpipe/voxpipe/dsp"
 )
@@ -167,11 +168,8 @@ func OutFrames(n int) int { return ((n-1)/2 - 1) / 2 }
 // subFreq is the frequency axis after subsampling.
 func (c Config) subFreq() int { return ((c.InputDim-1)/2 - 1) / 2 }
 
-// TensorSpec is one weight: its name under the asr/ namespace and its PyTorch shape.
-type TensorSpec struct {
-	Name  string
-	Shape []int
-}
+// TensorSpec is a tensor of the published model's table.
+type TensorSpec = weights.Spec
 
 // Tensors lists every weight the encoder reads (audio.cpp names, without the "asr/"
 // namespace), for writing random-weight models of real size.
@@ -182,18 +180,18 @@ func (c Config) Tensors() []TensorSpec {
 	}
 	dk := d / max(c.Heads, 1)
 	ts := []TensorSpec{
-		{"encoder.embed.conv.0.weight", []int{cs, 1, 3, 3}},
-		{"encoder.embed.conv.0.bias", []int{cs}},
-		{"encoder.embed.conv.2.weight", []int{cs, cs, 3, 3}},
-		{"encoder.embed.conv.2.bias", []int{cs}},
-		{"encoder.embed.out.0.weight", []int{d, cs * c.subFreq()}},
-		{"encoder.embed.out.0.bias", []int{d}},
+		{Name: "encoder.embed.conv.0.weight", Shape: []int{cs, 1, 3, 3}},
+		{Name: "encoder.embed.conv.0.bias", Shape: []int{cs}},
+		{Name: "encoder.embed.conv.2.weight", Shape: []int{cs, cs, 3, 3}},
+		{Name: "encoder.embed.conv.2.bias", Shape: []int{cs}},
+		{Name: "encoder.embed.out.0.weight", Shape: []int{d, cs * c.subFreq()}},
+		{Name: "encoder.embed.out.0.bias", Shape: []int{d}},
 	}
 	lin := func(name string, out, in int) {
-		ts = append(ts, TensorSpec{name + ".weight", []int{out, in}}, TensorSpec{name + ".bias", []int{out}})
+		ts = append(ts, TensorSpec{Name: name + ".weight", Shape: []int{out, in}}, TensorSpec{Name: name + ".bias", Shape: []int{out}})
 	}
 	vec := func(name string, n int) {
-		ts = append(ts, TensorSpec{name + ".weight", []int{n}}, TensorSpec{name + ".bias", []int{n}})
+		ts = append(ts, TensorSpec{Name: name + ".weight", Shape: []int{n}}, TensorSpec{Name: name + ".bias", Shape: []int{n}})
 	}
 	for i := range c.NumBlocks {
 		p := fmt.Sprintf("encoder.encoders.%d.", i)
@@ -205,20 +203,20 @@ func (c Config) Tensors() []TensorSpec {
 			lin(p+"self_attn."+n, d, d)
 		}
 		ts = append(ts,
-			TensorSpec{p + "self_attn.linear_pos.weight", []int{d, d}},
-			TensorSpec{p + "self_attn.pos_bias_u", []int{c.Heads, dk}},
-			TensorSpec{p + "self_attn.pos_bias_v", []int{c.Heads, dk}})
+			TensorSpec{Name: p + "self_attn.linear_pos.weight", Shape: []int{d, d}},
+			TensorSpec{Name: p + "self_attn.pos_bias_u", Shape: []int{c.Heads, dk}},
+			TensorSpec{Name: p + "self_attn.pos_bias_v", Shape: []int{c.Heads, dk}})
 		vec(p+"norm_conv", d)
 		cv := p + "conv_module.streaming_conv."
 		ts = append(ts,
-			TensorSpec{cv + "pointwise_conv1.weight", []int{2 * d, d, 1}},
-			TensorSpec{cv + "pointwise_conv1.bias", []int{2 * d}},
-			TensorSpec{cv + "depthwise_conv.weight", []int{d, 1, k}},
-			TensorSpec{cv + "depthwise_conv.bias", []int{d}})
+			TensorSpec{Name: cv + "pointwise_conv1.weight", Shape: []int{2 * d, d, 1}},
+			TensorSpec{Name: cv + "pointwise_conv1.bias", Shape: []int{2 * d}},
+			TensorSpec{Name: cv + "depthwise_conv.weight", Shape: []int{d, 1, k}},
+			TensorSpec{Name: cv + "depthwise_conv.bias", Shape: []int{d}})
 		vec(cv+"norm", d)
 		ts = append(ts,
-			TensorSpec{cv + "pointwise_conv2.weight", []int{d, d, 1}},
-			TensorSpec{cv + "pointwise_conv2.bias", []int{d}})
+			TensorSpec{Name: cv + "pointwise_conv2.weight", Shape: []int{d, d, 1}},
+			TensorSpec{Name: cv + "pointwise_conv2.bias", Shape: []int{d}})
 		vec(p+"norm_ff", d)
 		lin(p+"feed_forward.w_1", ff, d)
 		lin(p+"feed_forward.w_2", d, ff)

@@ -8,6 +8,7 @@ package ecapa
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/voxpipe/voxpipe/engine/weights"
 )
 
 // Config holds what the tensor shapes do not tell: dilations and epsilons. The reference
@@ -112,17 +113,13 @@ type Dims struct {
 // RealDims are MeanVC2's published head (WavLM-Large features, ECAPA_TDNN_SMALL widths).
 var RealDims = Dims{Layers: 25, Feat: 1024, Channels: 512, Kernel1: 5, Scale: 8, Kernel: 3, SE: 128, MFA: 1536, Att: 128, Emb: 256}
 
-// TensorSpec is one tensor's name (relative to the speaker_ecapa/ namespace) and shape in
-// PyTorch order.
-type TensorSpec struct {
-	Name  string
-	Shape []int
-}
+// TensorSpec is a tensor of the published model's table.
+type TensorSpec = weights.Spec
 
 // Tensors lists every tensor of a head with dims d, in the published order.
 func Tensors(d Dims) []TensorSpec {
 	var out []TensorSpec
-	add := func(name string, shape ...int) { out = append(out, TensorSpec{name, shape}) }
+	add := func(name string, shape ...int) { out = append(out, TensorSpec{Name: name, Shape: shape}) }
 	bn := func(p string, c int) {
 		for _, s := range []string{"weight", "bias", "running_mean", "running_var"} {
 			add(p+"."+s, c)

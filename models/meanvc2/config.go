@@ -8,6 +8,7 @@ package meanvc2
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/voxpipe/voxpipe/engine/weights"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
 )
@@ -285,17 +286,14 @@ func CheckFamily(m *gguf.Model) error {
 	return nil
 }
 
-// TensorSpec is one weight of the vc/ namespace: its checkpoint name and PyTorch shape.
-type TensorSpec struct {
-	Name  string
-	Shape []int
-}
+// TensorSpec is a tensor of the published model's table.
+type TensorSpec = weights.Spec
 
 // Tensors lists the vc/ weights of a model of this config, in the release's order
 // (cache_embed, unused and absent from the release, is not listed).
 func (c Config) Tensors() []TensorSpec {
 	var ts []TensorSpec
-	add := func(name string, shape ...int) { ts = append(ts, TensorSpec{name, shape}) }
+	add := func(name string, shape ...int) { ts = append(ts, TensorSpec{Name: name, Shape: shape}) }
 	ff := c.FF
 	if ff == 0 {
 		ff = c.FFMult * c.Dim

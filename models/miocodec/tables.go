@@ -1,13 +1,13 @@
 package miocodec
 
-import "fmt"
+import (
+	"fmt"
 
-// TensorSpec is one tensor of a model file: logical name (without the `weights/`
-// namespace) and PyTorch-order shape.
-type TensorSpec struct {
-	Name  string
-	Shape []int
-}
+	"github.com/voxpipe/voxpipe/engine/weights"
+)
+
+// TensorSpec is a tensor of the published model's table.
+type TensorSpec = weights.Spec
 
 // Real MioCodec-25Hz-44.1kHz-v2 sizes (MANIFEST §2, "real" column).
 const (
@@ -37,7 +37,7 @@ const (
 // is listed by package wavlm.
 func RealTensors() []TensorSpec {
 	var ts []TensorSpec
-	add := func(name string, shape ...int) { ts = append(ts, TensorSpec{name, shape}) }
+	add := func(name string, shape ...int) { ts = append(ts, TensorSpec{Name: name, Shape: shape}) }
 	ln := func(p string, d int) {
 		add(p+".weight", d)
 		add(p+".bias", d)

@@ -9,6 +9,7 @@ package qwen3
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/voxpipe/voxpipe/engine/weights"
 )
 
 // Config is the part of a Hugging Face Qwen3 config.json the model needs.
@@ -47,33 +48,30 @@ func base(hidden, ffn int) Config {
 		EOSTokenID: 151645, PadTokenID: 151643, Archs: []string{"Qwen3ForCausalLM"}}
 }
 
-// TensorSpec is one weight: its Hugging Face name and PyTorch shape.
-type TensorSpec struct {
-	Name  string
-	Shape []int
-}
+// TensorSpec is a tensor of the published model's table.
+type TensorSpec = weights.Spec
 
 // Tensors lists every weight of the model (tied embeddings: no lm_head).
 func (c Config) Tensors() []TensorSpec {
-	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.Vocab, c.Hidden}}}
+	ts := []TensorSpec{{Name: "model.embed_tokens.weight", Shape: []int{c.Vocab, c.Hidden}}}
 	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	for i := range c.Layers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		ts = append(ts,
-			TensorSpec{p + "input_layernorm.weight", []int{c.Hidden}},
-			TensorSpec{p + "self_attn.q_proj.weight", []int{q, c.Hidden}},
-			TensorSpec{p + "self_attn.k_proj.weight", []int{kv, c.Hidden}},
-			TensorSpec{p + "self_attn.v_proj.weight", []int{kv, c.Hidden}},
-			TensorSpec{p + "self_attn.o_proj.weight", []int{c.Hidden, q}},
-			TensorSpec{p + "self_attn.q_norm.weight", []int{c.HeadDim}},
-			TensorSpec{p + "self_attn.k_norm.weight", []int{c.HeadDim}},
-			TensorSpec{p + "post_attention_layernorm.weight", []int{c.Hidden}},
-			TensorSpec{p + "mlp.gate_proj.weight", []int{c.FFN, c.Hidden}},
-			TensorSpec{p + "mlp.up_proj.weight", []int{c.FFN, c.Hidden}},
-			TensorSpec{p + "mlp.down_proj.weight", []int{c.Hidden, c.FFN}},
+			TensorSpec{Name: p + "input_layernorm.weight", Shape: []int{c.Hidden}},
+			TensorSpec{Name: p + "self_attn.q_proj.weight", Shape: []int{q, c.Hidden}},
+			TensorSpec{Name: p + "self_attn.k_proj.weight", Shape: []int{kv, c.Hidden}},
+			TensorSpec{Name: p + "self_attn.v_proj.weight", Shape: []int{kv, c.Hidden}},
+			TensorSpec{Name: p + "self_attn.o_proj.weight", Shape: []int{c.Hidden, q}},
+			TensorSpec{Name: p + "self_attn.q_norm.weight", Shape: []int{c.HeadDim}},
+			TensorSpec{Name: p + "self_attn.k_norm.weight", Shape: []int{c.HeadDim}},
+			TensorSpec{Name: p + "post_attention_layernorm.weight", Shape: []int{c.Hidden}},
+			TensorSpec{Name: p + "mlp.gate_proj.weight", Shape: []int{c.FFN, c.Hidden}},
+			TensorSpec{Name: p + "mlp.up_proj.weight", Shape: []int{c.FFN, c.Hidden}},
+			TensorSpec{Name: p + "mlp.down_proj.weight", Shape: []int{c.Hidden, c.FFN}},
 		)
 	}
-	return append(ts, TensorSpec{"model.norm.weight", []int{c.Hidden}})
+	return append(ts, TensorSpec{Name: "model.norm.weight", Shape: []int{c.Hidden}})
 }
 
 // JSON is the config as config.json.

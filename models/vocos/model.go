@@ -112,31 +112,28 @@ type Dims struct {
 // RealDims are the published MeanVC/MeanVC2 Vocos (16 kHz).
 var RealDims = Dims{Mels: 80, Dim: 320, Inter: 1536, Layers: 8, Kernel: 7, DWKernel: 7, NFFT: 640}
 
-// TensorSpec is one tensor's name (relative to the vocos/ namespace) and PyTorch shape.
-type TensorSpec struct {
-	Name  string
-	Shape []int
-}
+// TensorSpec is a tensor of the published model's table.
+type TensorSpec = weights.Spec
 
 // Tensors lists a vocoder's tensors with dims d in the published order.
 func Tensors(d Dims) []TensorSpec {
 	out := []TensorSpec{
-		{"backbone.embed.weight", []int{d.Dim, d.Mels, d.Kernel}}, {"backbone.embed.bias", []int{d.Dim}},
-		{"backbone.norm.weight", []int{d.Dim}}, {"backbone.norm.bias", []int{d.Dim}},
+		{Name: "backbone.embed.weight", Shape: []int{d.Dim, d.Mels, d.Kernel}}, {Name: "backbone.embed.bias", Shape: []int{d.Dim}},
+		{Name: "backbone.norm.weight", Shape: []int{d.Dim}}, {Name: "backbone.norm.bias", Shape: []int{d.Dim}},
 	}
 	for i := range d.Layers {
 		p := fmt.Sprintf("backbone.convnext.%d.", i)
 		out = append(out,
-			TensorSpec{p + "gamma", []int{d.Dim}},
-			TensorSpec{p + "dwconv.weight", []int{d.Dim, 1, d.DWKernel}}, TensorSpec{p + "dwconv.bias", []int{d.Dim}},
-			TensorSpec{p + "norm.weight", []int{d.Dim}}, TensorSpec{p + "norm.bias", []int{d.Dim}},
-			TensorSpec{p + "pwconv1.weight", []int{d.Inter, d.Dim}}, TensorSpec{p + "pwconv1.bias", []int{d.Inter}},
-			TensorSpec{p + "pwconv2.weight", []int{d.Dim, d.Inter}}, TensorSpec{p + "pwconv2.bias", []int{d.Dim}})
+			TensorSpec{Name: p + "gamma", Shape: []int{d.Dim}},
+			TensorSpec{Name: p + "dwconv.weight", Shape: []int{d.Dim, 1, d.DWKernel}}, TensorSpec{Name: p + "dwconv.bias", Shape: []int{d.Dim}},
+			TensorSpec{Name: p + "norm.weight", Shape: []int{d.Dim}}, TensorSpec{Name: p + "norm.bias", Shape: []int{d.Dim}},
+			TensorSpec{Name: p + "pwconv1.weight", Shape: []int{d.Inter, d.Dim}}, TensorSpec{Name: p + "pwconv1.bias", Shape: []int{d.Inter}},
+			TensorSpec{Name: p + "pwconv2.weight", Shape: []int{d.Dim, d.Inter}}, TensorSpec{Name: p + "pwconv2.bias", Shape: []int{d.Dim}})
 	}
 	return append(out,
-		TensorSpec{"backbone.final_layer_norm.weight", []int{d.Dim}}, TensorSpec{"backbone.final_layer_norm.bias", []int{d.Dim}},
-		TensorSpec{"head.out.weight", []int{d.NFFT + 2, d.Dim}}, TensorSpec{"head.out.bias", []int{d.NFFT + 2}},
-		TensorSpec{"head.istft.window", []int{d.NFFT}})
+		TensorSpec{Name: "backbone.final_layer_norm.weight", Shape: []int{d.Dim}}, TensorSpec{Name: "backbone.final_layer_norm.bias", Shape: []int{d.Dim}},
+		TensorSpec{Name: "head.out.weight", Shape: []int{d.NFFT + 2, d.Dim}}, TensorSpec{Name: "head.out.bias", Shape: []int{d.NFFT + 2}},
+		TensorSpec{Name: "head.istft.window", Shape: []int{d.NFFT}})
 }
 
 // RealTensors is the published vocos table (RealDims), for random-weight models.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/weights"
 	"github.com/voxpipe/voxpipe/internal/parity"
 )
 
@@ -257,53 +258,6 @@ func TestStreamNoAllocs(t *testing.T) {
 	}
 }
 
-// mapSource is an in-memory weight source.
-type mapSource map[string]struct {
-	data  []float32
-	shape []int
-}
-
-func (m mapSource) Has(name string) bool { _, ok := m[name]; return ok }
-func (m mapSource) Get(name string) ([]float32, []int, error) {
-	t, ok := m[name]
-	if !ok {
-		return nil, nil, fmt.Errorf("no tensor %s", name)
-	}
-	return t.data, t.shape, nil
-}
-
-// randomSource fills a tensor table with small random values (positive for variances and
-// norm weights, so the network stays finite).
-func randomSource(specs []TensorSpec) mapSource {
-	rng := rand.New(rand.NewPCG(7, 8))
-	src := mapSource{}
-	for _, s := range specs {
-		n := 1
-		for _, d := range s.Shape {
-			n *= d
-		}
-		fan := n / s.Shape[0]
-		data := make([]float32, n)
-		for i := range data {
-			v := rng.NormFloat64()
-			switch {
-			case strings.HasSuffix(s.Name, "running_var"), strings.HasSuffix(s.Name, "window"):
-				v = 1 + 0.1*math.Abs(v)
-			case len(s.Shape) == 1:
-				v = 1 + 0.1*v
-			default:
-				v /= math.Sqrt(float64(max(fan, 1)))
-			}
-			data[i] = float32(v)
-		}
-		src[s.Name] = struct {
-			data  []float32
-			shape []int
-		}{data, s.Shape}
-	}
-	return src
-}
-
 func finite(x []float32) bool {
 	for _, v := range x {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
@@ -320,7 +274,7 @@ func TestRealDims(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	v, err := Load(randomSource(RealTensors()), be)
+	v, err := Load(weights.Random(RealTensors(), 7), be)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ package wavlm
 
 import (
 	"fmt"
+	"github.com/voxpipe/voxpipe/engine/weights"
 	"math"
 )
 
@@ -158,17 +159,14 @@ func RealBasePlus() Config {
 	return c
 }
 
-// TensorSpec is one published tensor.
-type TensorSpec struct {
-	Name  string
-	Shape []int
-}
+// TensorSpec is a tensor of the published model's table.
+type TensorSpec = weights.Spec
 
 // Tensors lists the tensors of a checkpoint of this config in the unilm names of the
 // published audio.cpp packages (per-conv LayerNorm of Large spelled "conv_layers.{i}.2.*").
 func (c Config) Tensors() []TensorSpec {
 	var out []TensorSpec
-	add := func(name string, shape ...int) { out = append(out, TensorSpec{name, shape}) }
+	add := func(name string, shape ...int) { out = append(out, TensorSpec{Name: name, Shape: shape}) }
 	cin := 1
 	for i, d := range c.ConvDims {
 		add(fmt.Sprintf("feature_extractor.conv_layers.%d.0.weight", i), d, cin, c.ConvKernels[i])
