@@ -1,6 +1,7 @@
 // Shared by the browser tests: a free port, the server binary started on it, Chromium.
 
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,6 +28,9 @@ export function freePort() {
 
 // startServer runs `voxpipe serve` with extra arguments until /healthz answers.
 export async function startServer(args = []) {
+  if (!existsSync(SERVER_BIN)) {
+    throw new Error(`server binary ${SERVER_BIN} not found: build it first (go build -o bin/voxpipe ./cmd/voxpipe)`);
+  }
   const listen = `127.0.0.1:${await freePort()}`;
   const proc = spawn(SERVER_BIN, ['serve', '--listen', listen, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
@@ -61,6 +65,11 @@ export async function startServer(args = []) {
 
 // launch starts headless Chromium; a fake microphone plays wav when given.
 export function launch(wav) {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(`Chromium not found at ${CHROMIUM}. Install it (Debian: apt-get install -y chromium) ` +
+      'or point CHROMIUM_PATH at a Chromium binary. The browser tests do not skip without it.');
+  }
+  if (wav && !existsSync(wav)) throw new Error(`missing fixture ${wav}`);
   const args = ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
     '--disable-component-update', '--disable-sync', '--no-first-run', '--autoplay-policy=no-user-gesture-required',
     '--disable-features=WebRtcHideLocalIpsWithMdns'];

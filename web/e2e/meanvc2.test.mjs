@@ -12,19 +12,11 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { startServer, launch, sleep, GOLDEN, SPEECH_WAV } from './helpers.mjs';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-const SERVER_BIN = path.resolve(ROOT, process.env.VOXPIPE_BIN || 'bin/voxpipe');
-const SPEECH_WAV = path.join(ROOT, 'testdata', 'speech_en_48k.wav');
-const GOLDEN = path.resolve(ROOT, process.env.VOXPIPE_GOLDEN_DIR || path.join('..', 'shared', 'golden'));
 const MODEL = path.join(GOLDEN, 'meanvc2', 'model.gguf');
 const LEVEL_THRESHOLD = 0.01;
 const AUDIO_TIMEOUT_MS = 15_000;
@@ -35,87 +27,11 @@ let server = null;
 let browser = null;
 let voicesDir = null;
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-async function startServer(args) {
-  const port = await freePort();
-  const listen = `127.0.0.1:${port}`;
-  const proc = spawn(SERVER_BIN, ['serve', '--listen', listen, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  const keep = (chunk) => {
-    log += chunk.toString();
-    if (log.length > 64_000) log = log.slice(-32_000);
-  };
-  proc.stdout.on('data', keep);
-  proc.stderr.on('data', keep);
-  let exited = null;
-  proc.on('exit', (code, signal) => {
-    exited = { code, signal };
-  });
-  proc.on('error', (err) => {
-    exited = { error: err.message };
-  });
-  const url = `http://${listen}`;
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
-    if (exited) throw new Error(`${SERVER_BIN} exited early (${JSON.stringify(exited)}); output:\n${log}`);
-    try {
-      const res = await fetch(url + '/healthz');
-      if (res.ok) return { proc, url, output: () => log };
-    } catch {}
-    await sleep(100);
-  }
-  proc.kill('SIGKILL');
-  throw new Error(`${SERVER_BIN} did not answer on ${url} within 30 s; output:\n${log}`);
-}
-
-async function stopServer() {
-  if (!server) return;
-  const { proc } = server;
-  server = null;
-  if (proc.exitCode !== null || proc.signalCode !== null) return;
-  const gone = new Promise((r) => proc.once('exit', r));
-  proc.kill('SIGTERM');
-  const timer = setTimeout(() => proc.kill('SIGKILL'), 3000);
-  await gone;
-  clearTimeout(timer);
-}
-
 before(async () => {
   if (skip) return;
-  if (!existsSync(CHROMIUM)) throw new Error(`Chromium not found at ${CHROMIUM} (CHROMIUM_PATH overrides)`);
-  if (!existsSync(SERVER_BIN)) throw new Error(`server binary ${SERVER_BIN} not found: go build -o bin/voxpipe ./cmd/voxpipe`);
   voicesDir = mkdtempSync(path.join(os.tmpdir(), 'voxpipe-e2e-voices-'));
   server = await startServer(['--vc-model', MODEL, '--voices', voicesDir, '--threads', '2']);
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless=new',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-      '--use-fake-ui-for-media-stream',
-      '--use-fake-device-for-media-stream',
-      `--use-file-for-fake-audio-capture=${SPEECH_WAV}`,
-      '--autoplay-policy=no-user-gesture-required',
-      '--disable-features=WebRtcHideLocalIpsWithMdns',
-    ],
-  });
+  browser = await launch(SPEECH_WAV);
 });
 
 after(async () => {
@@ -123,7 +39,7 @@ after(async () => {
     if (browser) await browser.close();
   } finally {
     browser = null;
-    await stopServer();
+    if (server) await server.stop();
     if (voicesDir) rmSync(voicesDir, { recursive: true, force: true });
   }
 });

@@ -9,123 +9,20 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import net from 'node:net';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import { startServer, launch, sleep, SPEECH_WAV } from './helpers.mjs';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-const SERVER_BIN = path.resolve(ROOT, process.env.VOXPIPE_BIN || 'bin/voxpipe');
-const SPEECH_WAV = path.join(ROOT, 'testdata', 'speech_en_48k.wav');
 const SCREENSHOT = '/tmp/voxpipe-page.png';
 
 const LEVEL_THRESHOLD = 0.01; // RMS of the returned audio, about −40 dBFS
 const AUDIO_TIMEOUT_MS = 10_000;
 
-let server = null; // { proc, url, output() }
+let server = null; // { proc, url, output(), stop() }
 let browser = null;
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-async function startServer() {
-  const port = await freePort();
-  const listen = `127.0.0.1:${port}`;
-  const proc = spawn(SERVER_BIN, ['serve', '--listen', listen], {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let log = '';
-  const keep = (chunk) => {
-    log += chunk.toString();
-    if (log.length > 64_000) log = log.slice(-32_000);
-  };
-  proc.stdout.on('data', keep);
-  proc.stderr.on('data', keep);
-  let exited = null;
-  proc.on('exit', (code, signal) => {
-    exited = { code, signal };
-  });
-  const spawnError = new Promise((_, reject) => proc.on('error', reject));
-  spawnError.catch(() => {});
-
-  const url = `http://${listen}`;
-  const deadline = Date.now() + 20_000;
-  while (Date.now() < deadline) {
-    if (exited) {
-      throw new Error(`${SERVER_BIN} exited early (${JSON.stringify(exited)}); output:\n${log}`);
-    }
-    for (const p of ['/healthz', '/']) {
-      try {
-        const res = await Promise.race([fetch(url + p), spawnError]);
-        if (res.ok) return { proc, url, output: () => log };
-      } catch (err) {
-        if (err && err.code === 'ENOENT') throw new Error(`cannot run ${SERVER_BIN}: ${err.message}`);
-      }
-    }
-    await sleep(100);
-  }
-  proc.kill('SIGKILL');
-  throw new Error(`${SERVER_BIN} did not answer on ${url} within 20 s; output:\n${log}`);
-}
-
-async function stopServer() {
-  if (!server) return;
-  const { proc } = server;
-  server = null;
-  if (proc.exitCode !== null || proc.signalCode !== null) return;
-  const gone = new Promise((r) => proc.once('exit', r));
-  proc.kill('SIGTERM');
-  const timer = setTimeout(() => proc.kill('SIGKILL'), 3000);
-  await gone;
-  clearTimeout(timer);
-}
-
 before(async () => {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(
-      `Chromium not found at ${CHROMIUM}. Install it (Debian: apt-get install -y chromium) ` +
-        'or point CHROMIUM_PATH at a Chromium binary. This test does not skip without it.',
-    );
-  }
-  if (!existsSync(SERVER_BIN)) {
-    throw new Error(`server binary ${SERVER_BIN} not found: build it first (go build -o bin/voxpipe ./cmd/voxpipe)`);
-  }
-  if (!existsSync(SPEECH_WAV)) throw new Error(`missing fixture ${SPEECH_WAV}`);
-
   server = await startServer();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      '--headless=new',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-      '--use-fake-ui-for-media-stream',
-      '--use-fake-device-for-media-stream',
-      // No %noloop: the file loops, so speech keeps flowing for the whole test.
-      `--use-file-for-fake-audio-capture=${SPEECH_WAV}`,
-      '--autoplay-policy=no-user-gesture-required',
-      '--disable-features=WebRtcHideLocalIpsWithMdns',
-    ],
-  });
+  // The fake microphone loops the file, so speech keeps flowing for the whole test.
+  browser = await launch(SPEECH_WAV);
 });
 
 after(async () => {
@@ -133,7 +30,7 @@ after(async () => {
     if (browser) await browser.close();
   } finally {
     browser = null;
-    await stopServer();
+    if (server) await server.stop();
   }
 });
 
