@@ -10,6 +10,7 @@ import (
 
 	"github.com/pion/webrtc/v4"
 
+	"github.com/voxpipe/voxpipe/buffers"
 	"github.com/voxpipe/voxpipe/dsp"
 	"github.com/voxpipe/voxpipe/stream"
 )
@@ -25,8 +26,8 @@ type ttsSession struct {
 	jobs  chan ttsJob
 
 	mu   sync.Mutex
-	fifo []float32 // audio at the Opus rate waiting to be sent
-	cur  *ttsJob   // the job being synthesised, if any
+	fifo *buffers.FIFO // audio at the Opus rate waiting to be sent
+	cur  *ttsJob       // the job being synthesised, if any
 }
 
 type ttsJob struct {
@@ -60,7 +61,8 @@ func (p *peer) startTTS(ctx context.Context, m Message) (string, error) {
 		}
 		return "", nil
 	}
-	t := &ttsSession{p: p, syn: syn, voice: m.Voice, jobs: make(chan ttsJob, maxQueuedTexts)}
+	t := &ttsSession{p: p, syn: syn, voice: m.Voice, jobs: make(chan ttsJob, maxQueuedTexts),
+		fifo: buffers.NewFIFO(10 * opusRate)}
 	p.mu.Lock()
 	p.tts = t
 	p.mu.Unlock()
@@ -104,7 +106,7 @@ drain:
 	if t.cur != nil {
 		t.cur.cancel()
 	}
-	t.fifo = t.fifo[:0]
+	t.fifo.Reset()
 	t.mu.Unlock()
 }
 
@@ -112,9 +114,8 @@ drain:
 func (t *ttsSession) pull(out []float32) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := copy(out, t.fifo)
+	n := t.fifo.Read(out)
 	clear(out[n:])
-	t.fifo = append(t.fifo[:0], t.fifo[n:]...)
 	return n
 }
 
@@ -167,7 +168,7 @@ func (t *ttsSession) run(j ttsJob) {
 	push := func(x []float32) {
 		t.mu.Lock()
 		if j.ctx.Err() == nil { // after a cancel nothing more may reach the FIFO
-			t.fifo = append(t.fifo, x...)
+			t.fifo.Write(x)
 		}
 		t.mu.Unlock()
 	}
