@@ -54,7 +54,7 @@ func TestTTSOverWebRTC(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(hs.URL)})
+	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(hs.URL), Events: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +72,16 @@ func TestTTSOverWebRTC(t *testing.T) {
 	done, ok := c.WaitMessage("done", "", 30*time.Second)
 	if !ok || done.ContextID != "a" || done.Metrics == nil || done.Metrics.AudioMs <= 0 {
 		t.Fatalf("done: %+v %v", done, ok)
+	}
+	// The events came on the data channel too.
+	var dcDone bool
+	for end := time.Now().Add(5 * time.Second); !dcDone && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, m := range c.Events() {
+			dcDone = dcDone || m.Type == "done" && m.ContextID == "a"
+		}
+	}
+	if !dcDone {
+		t.Errorf("no done event on the data channel: %+v", c.Events())
 	}
 	// Wait until the utterance has played out, then look at what came back.
 	time.Sleep(time.Duration(done.Metrics.AudioMs)*time.Millisecond + 300*time.Millisecond)

@@ -39,6 +39,8 @@ type Options struct {
 	// DropRate is the fraction of outgoing RTP packets to drop (a lossy network), with Seed.
 	DropRate float64
 	Seed     uint64
+	// Events opens a data channel "events" and records what the server sends on it.
+	Events bool
 }
 
 // Received is the audio that came back, decoded, with the arrival time of each packet.
@@ -64,6 +66,7 @@ type Client struct {
 	writeMu sync.Mutex
 	mu      sync.Mutex
 	msgs    []rtc.Message
+	events  []rtc.Message // received on the data channel
 	stats   []rtc.StatsMessage
 	recv    Received
 	ready   chan struct{}
@@ -144,6 +147,20 @@ func (c *Client) negotiate(ctx context.Context) error {
 			}
 			init := cand.ToJSON()
 			_ = c.Send(rtc.Message{Type: "candidate", Candidate: &init})
+		})
+	}
+	if c.opts.Events {
+		dc, err := c.pc.CreateDataChannel("events", nil)
+		if err != nil {
+			return err
+		}
+		dc.OnMessage(func(msg webrtc.DataChannelMessage) {
+			var m rtc.Message
+			if json.Unmarshal(msg.Data, &m) == nil {
+				c.mu.Lock()
+				c.events = append(c.events, m)
+				c.mu.Unlock()
+			}
 		})
 	}
 	c.wg.Add(1)
@@ -393,6 +410,13 @@ func (c *Client) Messages() []rtc.Message {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]rtc.Message(nil), c.msgs...)
+}
+
+// Events returns the messages received on the events data channel so far.
+func (c *Client) Events() []rtc.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]rtc.Message(nil), c.events...)
 }
 
 // WaitMessage waits until a message of the given type (and, if code is not empty, error code)
