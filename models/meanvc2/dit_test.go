@@ -2,8 +2,6 @@ package meanvc2
 
 import (
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -62,27 +60,7 @@ func writeModel(t *testing.T, m *gguf.Model, drop, reshape string, shape []int, 
 		}
 		ts = append(ts, gguf.WriteTensor{Name: mt.Name, Shape: sh, Data: data})
 	}
-	kv := gguf.KV{}
-	for _, k := range []string{"general.architecture", "general.name"} {
-		kv[k] = m.File.KV[k]
-	}
-	if err := kv.Set("audiocpp.model_spec.family", family); err != nil {
-		t.Fatal(err)
-	}
-	var files []gguf.EmbeddedFile
-	if raw, ok := m.EmbeddedFile("config.json"); ok {
-		files = append(files, gguf.EmbeddedFile{Name: "config.json", Data: raw})
-	}
-	p := filepath.Join(t.TempDir(), "bad.gguf")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := gguf.WritePackaged(f, kv, ts, files); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return writeTensors(t, m, ts, family)
 }
 
 func TestLoadErrorsNameTheProblem(t *testing.T) {

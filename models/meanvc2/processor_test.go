@@ -378,7 +378,7 @@ func TestLoadErrors(t *testing.T) {
 			}
 			keep = append(keep, gguf.WriteTensor{Name: mt.Name, Shape: sh, Data: data})
 		}
-		p := writeTensors(t, f, keep)
+		p := writeTensors(t, f, keep, "")
 		m, err := Load(p, be)
 		if err == nil {
 			m.Close()
@@ -391,12 +391,18 @@ func TestLoadErrors(t *testing.T) {
 	})
 }
 
-// writeTensors packages ts with m's metadata and config into a temporary file.
-func writeTensors(t *testing.T, m *gguf.Model, ts []gguf.WriteTensor) string {
+// writeTensors packages ts with m's metadata and config into a temporary file, with the
+// family changed when family is not "".
+func writeTensors(t *testing.T, m *gguf.Model, ts []gguf.WriteTensor, family string) string {
 	t.Helper()
 	kv := gguf.KV{}
 	for _, k := range []string{"general.architecture", "general.name", "audiocpp.model_spec.family"} {
 		kv[k] = m.File.KV[k]
+	}
+	if family != "" {
+		if err := kv.Set("audiocpp.model_spec.family", family); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var files []gguf.EmbeddedFile
 	if raw, ok := m.EmbeddedFile("config.json"); ok {
