@@ -37,7 +37,7 @@ func TestLoopbackMeanVC2(t *testing.T) {
 	defer m.Close()
 	in := speech(t)
 	clips := map[string][]float32{"": in[:3*48000], "speech": in[48000:], "silence": make([]float32, 3*48000)}
-	newProc := func(voice, ref string) (stream.Processor, error) {
+	newProc := func(_, voice, ref string) (stream.Processor, error) {
 		if voice != "meanvc2" {
 			return nil, nil
 		}

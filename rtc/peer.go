@@ -23,10 +23,11 @@ import (
 
 // peer is one signaling socket, its peer connection and its media loop.
 type peer struct {
-	srv  *Server
-	id   string
-	conn *websocket.Conn
-	log  *slog.Logger
+	srv   *Server
+	id    string
+	owner string // the principal that made the session (auth.PrincipalOf)
+	conn  *websocket.Conn
+	log   *slog.Logger
 
 	writeMu sync.Mutex // serialises socket writes (signaling goroutine, Pion callbacks, media loop)
 
@@ -275,7 +276,7 @@ func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, 
 		return CodeInternal
 	}
 	if f := p.srv.cfg.NewProcessor; f != nil {
-		proc, err := f(voice, ref)
+		proc, err := f(p.owner, voice, ref)
 		if err != nil {
 			return nil, code(err), err
 		}

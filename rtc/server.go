@@ -24,12 +24,13 @@ type Config struct {
 	Voices       *stream.Registry // default: stream.NewRegistry()
 	DefaultVoice string           // default "dsp"
 	// NewProcessor, if set, is asked first for every voice a session selects, with the
-	// session's reference clip (a voice library id or name, "" when none was given): voices
+	// session's owner (auth.PrincipalOf: a reference clip must be one of its voices) and
+	// reference clip (a voice library id or name, "" when none was given): voices
 	// whose target is a clip (MeanVC2) are made here. It returns (nil, nil) for a voice it
 	// does not make, which then comes from Voices. Errors wrapping stream.ErrUnknownVoice
 	// reach the client as unknown_voice, those wrapping ErrBadParams as bad_params, others as
 	// internal. A processor with a Close method is closed once the session no longer uses it.
-	NewProcessor func(voice, ref string) (stream.Processor, error)
+	NewProcessor func(owner, voice, ref string) (stream.Processor, error)
 	Jitter       buffers.JitterConfig
 	Encoder      EncoderConfig
 	MaxMessage   int64         // bytes; default 256 KiB

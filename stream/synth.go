@@ -15,6 +15,9 @@ type SynthRequest struct {
 	// Voice names the speaker (a voice library id or a preset); "" is the synthesizer's
 	// default voice.
 	Voice string
+	// Owner is the principal asking (auth.PrincipalOf): a library voice must be one of its
+	// own. "" is the server itself (its default voice).
+	Owner string
 	// Seed makes sampling reproducible; 0 is the synthesizer's fixed default.
 	Seed uint64
 	// Temperature overrides the model's sampling temperature when > 0.

@@ -2,11 +2,17 @@
 // `token` query parameter for clients that cannot set headers (browser WebSockets, some WHIP
 // senders). A server on a loopback address may run without keys; anywhere else it must
 // have some (see Required).
+//
+// Every request that passes the middleware carries a principal (PrincipalOf): who made it.
+// Sessions and voices belong to the principal that made them, and other principals cannot
+// see them; an admin key, and every client of a server without keys, is Admin and sees all.
 package auth
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -15,24 +21,58 @@ import (
 	"sync"
 )
 
-// Keys is a set of accepted API keys. The zero value accepts everything (no auth).
-type Keys struct {
-	sums [][32]byte
+// Admin is the principal of an admin key and of every request to a server without keys.
+const Admin = "*"
+
+// CanSee reports whether principal may see or use something owned by owner.
+func CanSee(owner, principal string) bool { return principal == Admin || owner == principal }
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying principal p.
+func WithPrincipal(ctx context.Context, p string) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
 }
 
-// NewKeys parses keys (empty entries ignored). Keys shorter than 16 characters are refused:
-// they are guessable.
-func NewKeys(keys []string) (*Keys, error) {
+// PrincipalOf is the principal a request context carries; Admin when none was set (a server
+// without keys installs no middleware: its one user sees everything).
+func PrincipalOf(ctx context.Context) string {
+	if p, ok := ctx.Value(principalKey{}).(string); ok && p != "" {
+		return p
+	}
+	return Admin
+}
+
+// Keys is a set of accepted API keys. The zero value accepts everything (no auth).
+type Keys struct {
+	sums  [][32]byte
+	admin []bool // sums[i] is an admin key
+}
+
+// NewKeys parses client keys and admin keys (empty entries ignored). Keys shorter than 16
+// characters are refused: they are guessable.
+func NewKeys(keys []string, adminKeys ...string) (*Keys, error) {
 	k := &Keys{}
-	for _, s := range keys {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
+	add := func(s string, admin bool) error {
+		if s = strings.TrimSpace(s); s == "" {
+			return nil
 		}
 		if len(s) < 16 {
-			return nil, fmt.Errorf("auth: an API key must have at least 16 characters")
+			return fmt.Errorf("auth: an API key must have at least 16 characters")
 		}
 		k.sums = append(k.sums, sha256.Sum256([]byte(s)))
+		k.admin = append(k.admin, admin)
+		return nil
+	}
+	for _, s := range keys {
+		if err := add(s, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range adminKeys {
+		if err := add(s, true); err != nil {
+			return nil, err
+		}
 	}
 	return k, nil
 }
@@ -40,14 +80,26 @@ func NewKeys(keys []string) (*Keys, error) {
 // Enabled reports whether any key is configured.
 func (k *Keys) Enabled() bool { return k != nil && len(k.sums) > 0 }
 
-// valid compares in constant time (over hashes, so the key length leaks nothing either).
-func (k *Keys) valid(key string) bool {
+// principal finds key's principal in constant time (over hashes, so the key length leaks
+// nothing either); "" when the key is not valid. A client key's principal is derived from
+// its hash: stable across restarts, and it does not reveal the key.
+func (k *Keys) principal(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	ok := 0
-	for _, s := range k.sums {
-		ok |= subtle.ConstantTimeCompare(s[:], sum[:])
+	found, admin := 0, 0
+	for i, s := range k.sums {
+		eq := subtle.ConstantTimeCompare(s[:], sum[:])
+		found |= eq
+		if k.admin[i] {
+			admin |= eq
+		}
 	}
-	return ok == 1
+	switch {
+	case found == 0:
+		return ""
+	case admin == 1:
+		return Admin
+	}
+	return "k_" + hex.EncodeToString(sum[:8])
 }
 
 // KeyOf extracts the key a request presents, or "".
@@ -61,30 +113,40 @@ func KeyOf(r *http.Request) string {
 	return r.URL.Query().Get("token")
 }
 
+// WriteError writes the JSON error body the server uses everywhere outside the protocols.
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
 // Middleware refuses requests without a valid key with 401 (JSON error), except for the
-// paths in open (the page's static files, /healthz). With no keys it passes everything.
+// paths in open (the page's static files, /healthz), and puts the key's principal in the
+// request context. With no keys it passes everything (every request is Admin).
 func (k *Keys) Middleware(next http.Handler, open func(path string) bool) http.Handler {
 	if !k.Enabled() {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := KeyOf(r)
+		p := ""
+		if key != "" {
+			p = k.principal(key)
+		}
+		if p != "" {
+			next.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+			return
+		}
 		if open != nil && open(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		key := KeyOf(r)
-		if key == "" || !k.valid(key) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="voxpipe"`)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			msg := "missing API key: send Authorization: Bearer KEY (or ?token=KEY)"
-			if key != "" {
-				msg = "invalid API key"
-			}
-			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "unauthorized", "message": msg}})
-			return
+		w.Header().Set("WWW-Authenticate", `Bearer realm="voxpipe"`)
+		msg := "missing API key: send Authorization: Bearer KEY (or ?token=KEY)"
+		if key != "" {
+			msg = "invalid API key"
 		}
-		next.ServeHTTP(w, r)
+		WriteError(w, http.StatusUnauthorized, "unauthorized", msg)
 	})
 }
 
@@ -94,10 +156,14 @@ func Loopback(addr string) bool {
 	if err != nil {
 		return false
 	}
-	if host == "localhost" {
+	return loopbackHost(host)
+}
+
+func loopbackHost(host string) bool {
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return true
 	}
-	ip := net.ParseIP(host)
+	ip := net.ParseIP(strings.Trim(host, "[]"))
 	return ip != nil && ip.IsLoopback()
 }
 
@@ -109,41 +175,109 @@ func Required(listen string, k *Keys) error {
 	return fmt.Errorf("listening on %s (reachable from other machines) needs API keys: set VOXPIPE_API_KEYS or --api-key", listen)
 }
 
-// LimitSessions refuses a key's request with 429 while that key already has max requests in
-// flight on the long-lived paths (signaling and TTS sockets, streamed speech): one client
-// cannot take every stream of the server. No keys or max ≤ 0: no limit.
-func (k *Keys) LimitSessions(next http.Handler, max int, long func(path string) bool) http.Handler {
-	if !k.Enabled() || max <= 0 {
-		return next
+// SessionLimit bounds the sessions one principal holds at once, over every path that makes
+// one (signaling and TTS sockets, streamed speech, WHIP sessions, WHEP viewers): one client
+// cannot take every stream of the server. Admin is not limited. A nil *SessionLimit, or
+// one with Max ≤ 0, limits nothing.
+type SessionLimit struct {
+	Max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+// NewSessionLimit makes a limit of max sessions per principal (≤ 0: none).
+func NewSessionLimit(max int) *SessionLimit { return &SessionLimit{Max: max, open: map[string]int{}} }
+
+// Acquire takes one of principal's sessions; ok is false when it already holds Max. The
+// release function must be called once when the session ends.
+func (l *SessionLimit) Acquire(principal string) (release func(), ok bool) {
+	if l == nil || l.Max <= 0 || principal == Admin {
+		return func() {}, true
 	}
-	var mu sync.Mutex
-	open := map[[32]byte]int{}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open[principal] >= l.Max {
+		return nil, false
+	}
+	l.open[principal]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			if l.open[principal]--; l.open[principal] <= 0 {
+				delete(l.open, principal)
+			}
+			l.mu.Unlock()
+		})
+	}, true
+}
+
+// Refuse answers 429 too_many_sessions for a principal at its limit.
+func (l *SessionLimit) Refuse(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "5")
+	WriteError(w, http.StatusTooManyRequests, "too_many_sessions",
+		fmt.Sprintf("this API key already has %d open sessions", l.Max))
+}
+
+// Middleware holds one session for each request on the long-lived paths (signaling and TTS
+// sockets, streamed speech) while it runs, refusing with 429 at the limit.
+func (l *SessionLimit) Middleware(next http.Handler, long func(path string) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := KeyOf(r)
-		if key == "" || !long(r.URL.Path) {
+		if !long(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		id := sha256.Sum256([]byte(key))
-		mu.Lock()
-		if open[id] >= max {
-			mu.Unlock()
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", "5")
-			w.WriteHeader(http.StatusTooManyRequests)
-			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": "too_many_sessions",
-				"message": fmt.Sprintf("this API key already has %d open sessions", max)}})
+		release, ok := l.Acquire(PrincipalOf(r.Context()))
+		if !ok {
+			l.Refuse(w)
 			return
 		}
-		open[id]++
-		mu.Unlock()
-		defer func() {
-			mu.Lock()
-			if open[id]--; open[id] == 0 {
-				delete(open, id)
-			}
-			mu.Unlock()
-		}()
+		defer release()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// GuardLocal protects a server without keys, which trusts whoever reaches it, from web pages
+// that a local browser opens: a Host that is not a loopback name (DNS rebinding: evil.example
+// resolving to 127.0.0.1) gets 421, and a state-changing request from another origin (a
+// cross-site form post, CSRF) gets 403. WebSocket upgrades check their origin themselves.
+func GuardLocal(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			host = r.Host
+		}
+		if !loopbackHost(host) {
+			WriteError(w, http.StatusMisdirectedRequest, "bad_host",
+				"this server has no API keys and answers only to localhost names; use http://localhost or start it with --api-key")
+			return
+		}
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if !sameOrigin(r) {
+				WriteError(w, http.StatusForbidden, "cross_origin",
+					"cross-origin requests are refused by a server without API keys")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sameOrigin reports whether a request's Origin (and the browser's Sec-Fetch-Site) show it
+// comes from a page of this server, or from no page at all (curl, SDKs send no Origin).
+func sameOrigin(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s == "cross-site" || s == "same-site" {
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, ok := strings.CutPrefix(origin, "http://")
+	if !ok {
+		u, ok = strings.CutPrefix(origin, "https://")
+	}
+	return ok && strings.EqualFold(u, r.Host)
 }

@@ -72,22 +72,22 @@ func TestRequired(t *testing.T) {
 }
 
 func TestLimitSessions(t *testing.T) {
-	k, _ := NewKeys([]string{"0123456789abcdef-one", "0123456789abcdef-two"})
+	k, _ := NewKeys([]string{"0123456789abcdef-one", "0123456789abcdef-two"}, "0123456789abcdef-adm")
 	release := make(chan struct{})
-	entered := make(chan struct{}, 4)
+	entered := make(chan struct{}, 8)
 	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		entered <- struct{}{}
 		<-release
 		w.WriteHeader(204)
 	})
-	h := k.LimitSessions(slow, 2, func(p string) bool { return p == "/v1/tts/ws" })
+	h := k.Middleware(NewSessionLimit(2).Middleware(slow, func(p string) bool { return p == "/v1/tts/ws" }), nil)
 	do := func(key string) int {
 		r := httptest.NewRequest("GET", "/v1/tts/ws?token="+key, nil)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
 		return rec.Code
 	}
-	codes := make(chan int, 2)
+	codes := make(chan int, 8)
 	for range 2 {
 		go func() { codes <- do("0123456789abcdef-one") }()
 	}
@@ -98,13 +98,77 @@ func TestLimitSessions(t *testing.T) {
 	}
 	go func() { codes <- do("0123456789abcdef-two") }() // another key is not limited by it
 	<-entered
+	for range 3 { // the admin key is not limited
+		go func() { codes <- do("0123456789abcdef-adm") }()
+		<-entered
+	}
 	close(release)
-	for range 3 {
+	for range 6 {
 		if c := <-codes; c != 204 {
 			t.Errorf("session: %d", c)
 		}
 	}
 	if c := do("0123456789abcdef-one"); c != 204 {
 		t.Errorf("after the others ended: %d", c)
+	}
+}
+
+func TestPrincipals(t *testing.T) {
+	k, _ := NewKeys([]string{"0123456789abcdef-one", "0123456789abcdef-two"}, "0123456789abcdef-adm")
+	var got string
+	h := k.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = PrincipalOf(r.Context()) }), nil)
+	seen := map[string]string{}
+	for _, key := range []string{"0123456789abcdef-one", "0123456789abcdef-two", "0123456789abcdef-adm"} {
+		r := httptest.NewRequest("GET", "/v1/voices", nil)
+		r.Header.Set("Authorization", "Bearer "+key)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if got == "" || strings.Contains(got, key) {
+			t.Errorf("key %s: principal %q", key, got)
+		}
+		seen[key] = got
+	}
+	if seen["0123456789abcdef-one"] == seen["0123456789abcdef-two"] || seen["0123456789abcdef-adm"] != Admin {
+		t.Errorf("principals %v", seen)
+	}
+	if !CanSee("k_1", Admin) || !CanSee("k_1", "k_1") || CanSee("k_1", "k_2") || CanSee("", "k_2") {
+		t.Error("CanSee")
+	}
+	if PrincipalOf(httptest.NewRequest("GET", "/", nil).Context()) != Admin {
+		t.Error("a request without keys is not Admin")
+	}
+}
+
+func TestGuardLocal(t *testing.T) {
+	h := GuardLocal(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	for _, c := range []struct {
+		method, host, origin, site string
+		want                       int
+	}{
+		{"GET", "localhost:8080", "", "", 204},
+		{"GET", "127.0.0.1:8080", "", "", 204},
+		{"GET", "[::1]:8080", "", "", 204},
+		{"GET", "evil.example:8080", "", "", 421}, // DNS rebinding
+		{"GET", "evil.example", "", "", 421},
+		{"POST", "localhost:8080", "", "", 204},                             // curl
+		{"POST", "localhost:8080", "http://localhost:8080", "", 204},        // the server's own page
+		{"POST", "localhost:8080", "http://evil.example", "", 403},          // a cross-site form
+		{"POST", "localhost:8080", "null", "", 403},                         // a sandboxed page
+		{"DELETE", "localhost:8080", "", "cross-site", 403},                 // fetch from elsewhere
+		{"POST", "localhost:8080", "http://localhost:8081", "", 403},        // another local server
+		{"GET", "localhost:8080", "http://evil.example", "cross-site", 204}, // reads are same-origin-policed by the browser
+	} {
+		r := httptest.NewRequest(c.method, "/v1/voices", nil)
+		r.Host = c.host
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		if c.site != "" {
+			r.Header.Set("Sec-Fetch-Site", c.site)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != c.want {
+			t.Errorf("%s host %s origin %q: %d, want %d", c.method, c.host, c.origin, rec.Code, c.want)
+		}
 	}
 }
