@@ -16,6 +16,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/voxpipe/voxpipe/buffers"
+	"github.com/voxpipe/voxpipe/rtc/auth"
 	"github.com/voxpipe/voxpipe/stream"
 )
 
@@ -50,6 +51,9 @@ type Config struct {
 	// WebSocket so that both count against the same slots).
 	Synthesizers *stream.Synthesizers
 	TTSAdmission func(model string) *stream.Admission
+	// Sessions, if set, bounds the WHIP sessions and WHEP viewers each principal holds (the
+	// signaling socket is counted by its HTTP middleware, as the request lasts the session).
+	Sessions *auth.SessionLimit
 }
 
 // ErrBadParams is wrapped by NewProcessor errors that are the client's fault: an unusable

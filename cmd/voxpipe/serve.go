@@ -44,7 +44,7 @@ type serveOptions struct {
 	ttsSlots                                         int
 	ttsWait                                          time.Duration
 	vcModel, vcRef                                   string
-	apiKeys                                          []string
+	apiKeys, adminKeys                               []string
 	obsURL, obsInput                                 string
 	sessionsPerKey                                   int
 }
@@ -72,7 +72,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.vcRef, "vc-ref", "", "default meanvc2 target voice when a session names none: a WAV clip, or a voice library id or name")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
 	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
-	fs.IntVar(&o.sessionsPerKey, "sessions-per-key", 20, "open sessions (signaling and TTS sockets, streamed speech) one API key may hold at once; 0: no limit")
+	adminKeys := fs.String("admin-key", "", "comma-separated admin keys: like --api-key, but they see and may end every key's sessions and voices and have no session limit; also $VOXPIPE_ADMIN_KEYS")
+	fs.IntVar(&o.sessionsPerKey, "sessions-per-key", 20, "open sessions (signaling and TTS sockets, streamed speech, WHIP sessions, WHEP viewers) one API key may hold at once; 0: no limit")
 	config := fs.String("config", "", "a YAML or JSON file of settings named like these flags; flags on the command line override it")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -87,7 +88,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			o.apiKeys = append(o.apiKeys, strings.Split(list, ",")...)
 		}
 	}
-	keys, err := auth.NewKeys(o.apiKeys)
+	for _, list := range []string{*adminKeys, os.Getenv("VOXPIPE_ADMIN_KEYS")} {
+		if list != "" {
+			o.adminKeys = append(o.adminKeys, strings.Split(list, ",")...)
+		}
+	}
+	keys, err := auth.NewKeys(o.apiKeys, o.adminKeys...)
 	if err != nil {
 		return err
 	}
@@ -162,7 +168,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	for _, w := range warn {
 		log.Warn("voice library", "problem", w)
 	}
-	var newProcessor func(voice, ref string) (stream.Processor, error)
+	var newProcessor func(owner, voice, ref string) (stream.Processor, error)
 	if o.vcModel != "" {
 		fmt.Fprintf(stdout, "loading %s…\n", o.vcModel)
 		m, closeModel, err := loadMeanVC2(o.vcModel, o.threads, filepath.Join(o.voicesDir, "embeddings"))
@@ -172,16 +178,16 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		a.closers = append(a.closers, closeModel)
 		vc := &vcVoices{model: m, lib: lib, defaultRef: o.vcRef}
 		// Listed with the built-in voices; a session's ref reaches it through NewProcessor.
-		voices.Register("meanvc2", func() (stream.Processor, error) { return vc.processor("") })
-		newProcessor = func(voice, ref string) (stream.Processor, error) {
+		voices.Register("meanvc2", func() (stream.Processor, error) { return vc.processor(auth.Admin, "") })
+		newProcessor = func(owner, voice, ref string) (stream.Processor, error) {
 			if voice != "meanvc2" {
 				return nil, nil
 			}
-			return vc.processor(ref)
+			return vc.processor(owner, ref)
 		}
 		if o.vcRef != "" {
 			// Embed the default voice now: a bad clip fails the start, not every session.
-			p, err := vc.processor("")
+			p, err := vc.processor(auth.Admin, "")
 			if err != nil {
 				return nil, fmt.Errorf("--vc-ref: %w", err)
 			}
@@ -196,6 +202,10 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	}
 	closeProcessor(def) // made only to check the voice
 	met := metrics.New()
+	var sessions *auth.SessionLimit
+	if o.sessionsPerKey > 0 {
+		sessions = auth.NewSessionLimit(o.sessionsPerKey)
+	}
 	synths := &stream.Synthesizers{}
 	if o.ttsModel != "" || o.codec != "" {
 		if o.ttsModel == "" || o.codec == "" {
@@ -242,7 +252,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice, Jitter: buffers.JitterConfig{Target: o.jitter},
 		Loopback: o.loopback, PublicIPs: ips, UDPPort: o.udpPort, Logger: log,
 		OnSession: met.VCSession, OnStats: onStats,
-		Synthesizers: synths, TTSAdmission: ttsSrv.Admission,
+		Synthesizers: synths, TTSAdmission: ttsSrv.Admission, Sessions: sessions,
 	})
 	if err != nil {
 		ttsSrv.Close()
@@ -265,7 +275,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	mux.HandleFunc("/v1/audio/speech", ttsSrv.Speech)
 	mux.Handle("GET /metrics", met.Handler())
 	mux.Handle("/", web.Handler())
-	keys, err := auth.NewKeys(o.apiKeys)
+	keys, err := auth.NewKeys(o.apiKeys, o.adminKeys...)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +283,11 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	long := func(path string) bool {
 		return path == "/v1/rtc" || path == "/v1/tts/ws" || path == "/v1/audio/speech"
 	}
-	a.handler = keys.Middleware(keys.LimitSessions(mux, o.sessionsPerKey, long), func(path string) bool {
+	h := sessions.Middleware(mux, long)
+	if !keys.Enabled() {
+		h = auth.GuardLocal(h) // loopback only: refuse DNS-rebound hosts and cross-site posts
+	}
+	a.handler = keys.Middleware(h, func(path string) bool {
 		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics"
 	})
 	return a, nil
@@ -288,10 +302,10 @@ type vcVoices struct {
 	defaultRef string
 }
 
-// processor makes a MeanVC2 processor for ref ("" for the default). Errors say what the
-// client did wrong: an unknown ref wraps stream.ErrUnknownVoice, an unusable clip or no ref
-// at all rtc.ErrBadParams.
-func (v *vcVoices) processor(ref string) (stream.Processor, error) {
+// processor makes a MeanVC2 processor for ref ("" for the default), which must be one of
+// owner's voices. Errors say what the client did wrong: an unknown ref wraps
+// stream.ErrUnknownVoice, an unusable clip or no ref at all rtc.ErrBadParams.
+func (v *vcVoices) processor(owner, ref string) (stream.Processor, error) {
 	var clip []float32
 	var rate int
 	var err error
