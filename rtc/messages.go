@@ -22,6 +22,7 @@ const (
 	CodeDuplicateOffer   = "duplicate_offer"
 	CodeRateLimited      = "rate_limited"
 	CodeBusy             = "busy"
+	CodeTextTooLong      = "text_too_long"
 	CodeSynthesis        = "synthesis_failed"
 	CodeInternal         = "internal"
 )

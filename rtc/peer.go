@@ -114,7 +114,12 @@ func (p *peer) run(ctx context.Context) {
 			p.sendError(code, err.Error(), false)
 			continue
 		}
-		if fatal := p.handle(ctx, m); fatal {
+		var fatal bool
+		if err := stream.Guard(p.log, m.Type+" message", func() error { fatal = p.handle(ctx, m); return nil }); err != nil {
+			p.sendError(CodeInternal, err.Error(), true)
+			return
+		}
+		if fatal {
 			return
 		}
 	}
@@ -453,7 +458,11 @@ func (p *peer) spawn(fn func()) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		fn()
+		// A panic (in a voice, a codec) ends this session with an error, not the process.
+		if err := stream.Guard(p.log, "session", func() error { fn(); return nil }); err != nil {
+			p.sendError(CodeInternal, err.Error(), true)
+			p.cancel()
+		}
 	}()
 }
 
@@ -573,11 +582,34 @@ type statsAccumulator struct {
 }
 
 func (p *peer) frame(f *mediaFrame, acc *statsAccumulator, now time.Time) {
+	t0 := time.Now()
+	n, arrival := p.popDecode(f, acc, now)
+	acc.decode += time.Since(t0)
+
+	p.process(f, acc, n, arrival, now)
+
+	t1 := time.Now()
+	size, err := f.enc.EncodeFloat32(f.out, f.packet)
+	acc.encode += time.Since(t1)
+	acc.frames++
+	if err != nil {
+		p.log.Warn("opus encode failed", "err", err)
+		return
+	}
+	if err := p.track.WriteSample(media.Sample{Data: f.packet[:size], Duration: frameMs * time.Millisecond}); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+		p.log.Debug("write sample", "err", err)
+	}
+}
+
+// popDecode takes the frame due now from the jitter buffer and decodes (or conceals) it into
+// f.in, returning the sample count and when its audio arrived. The lock is released by
+// defer, so a panic here cannot leave the RTP reader blocked on it.
+func (p *peer) popDecode(f *mediaFrame, acc *statsAccumulator, now time.Time) (n int, arrival time.Time) {
 	p.jbMu.Lock()
+	defer p.jbMu.Unlock()
 	fr := p.jb.Pop(now)
 	// Payloads point into the jitter buffer: decode them before it is touched again.
-	t0 := time.Now()
-	n, arrival := 0, now
+	n, arrival = 0, now
 	switch fr.Kind {
 	case buffers.Packet:
 		n = p.decode(f, fr.Payload, f.in)
@@ -621,40 +653,31 @@ func (p *peer) frame(f *mediaFrame, acc *statsAccumulator, now time.Time) {
 	if fr.Kind == buffers.Packet {
 		f.plcRun = 0
 	}
-	p.jbMu.Unlock()
-	acc.decode += time.Since(t0)
+	return n, arrival
+}
 
+// process runs one frame through the session (or takes text-to-speech audio) under p.mu,
+// released by defer: a panicking voice must leave the lock free for the shutdown.
+func (p *peer) process(f *mediaFrame, acc *statsAccumulator, n int, arrival, now time.Time) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !acc.haveBase {
 		st := p.sess.Stats()
 		acc.resample0, acc.process0, acc.haveBase = st.Resample, st.Process, true
 	}
 	if p.tts != nil {
 		p.tts.pull(f.out) // text to speech: the input is not used
-	} else {
-		if n > 0 {
-			if err := p.sess.Push(f.in[:n], arrival); err != nil {
-				p.log.Warn("processing failed", "err", err)
-			}
-		}
-		p.sess.NoteQueueAge(now)
-		if got := p.sess.Pull(f.out, now); got > 0 {
-			acc.latency += p.sess.Stats().Latency
-			acc.latencyN++
-		}
-	}
-	p.mu.Unlock()
-
-	t1 := time.Now()
-	size, err := f.enc.EncodeFloat32(f.out, f.packet)
-	acc.encode += time.Since(t1)
-	acc.frames++
-	if err != nil {
-		p.log.Warn("opus encode failed", "err", err)
 		return
 	}
-	if err := p.track.WriteSample(media.Sample{Data: f.packet[:size], Duration: frameMs * time.Millisecond}); err != nil && !errors.Is(err, io.ErrClosedPipe) {
-		p.log.Debug("write sample", "err", err)
+	if n > 0 {
+		if err := p.sess.Push(f.in[:n], arrival); err != nil {
+			p.log.Warn("processing failed", "err", err)
+		}
+	}
+	p.sess.NoteQueueAge(now)
+	if got := p.sess.Pull(f.out, now); got > 0 {
+		acc.latency += p.sess.Stats().Latency
+		acc.latencyN++
 	}
 }
 

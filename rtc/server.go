@@ -2,6 +2,8 @@ package rtc
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,7 +72,6 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	nextID atomic.Uint64
 	active atomic.Int64
 
 	mu      sync.Mutex
@@ -139,7 +140,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.wg.Add(1)
 	defer s.wg.Done()
-	id := fmt.Sprintf("s%06d", s.nextID.Add(1))
+	id := newID("s")
 	s.active.Add(1)
 	defer s.active.Add(-1)
 	if s.cfg.OnSession != nil {
@@ -149,10 +150,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := s.cfg.Logger.With("session", id, "remote", r.RemoteAddr)
 	log.Info("session started")
 	p := newPeer(s, id, conn, log)
+	p.owner = auth.PrincipalOf(r.Context())
 	s.addPeer(p)
 	p.run(s.ctx)
 	s.removePeer(p)
 	log.Info("session ended")
+}
+
+// newID makes an unguessable id (128 random bits): a session id is what WHEP viewers and
+// WHIP DELETEs name, so it must not be found by counting.
+func newID(prefix string) string {
+	var b [16]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
 // Active is the number of sessions now running.

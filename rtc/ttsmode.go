@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pion/webrtc/v4"
 
@@ -19,16 +20,28 @@ import (
 // synthesises them one after another into a FIFO at the Opus rate, and the media loop plays
 // that FIFO (silence when it is empty, so utterances are separated by silence). Cancel
 // stops the synthesis and empties the FIFO: the audio stops within one 20 ms frame.
+//
+// The worker starts only once the media is negotiated and never runs more than ttsAhead of
+// playout: a client that never answers, or speaks a long text, costs a bounded FIFO, not
+// memory that grows with the text.
 type ttsSession struct {
 	p     *peer
 	syn   stream.Synthesizer
 	voice string
 	jobs  chan ttsJob
+	space chan struct{} // signalled by the media loop after it takes audio from the FIFO
 
 	mu   sync.Mutex
 	fifo *buffers.FIFO // audio at the Opus rate waiting to be sent
 	cur  *ttsJob       // the job being synthesised, if any
 }
+
+// ttsAhead is how far synthesis may run ahead of playout.
+const ttsAhead = 2 * opusRate
+
+// MaxSpeakText is the longest text one speak message may carry, in characters (the TTS
+// WebSocket's limit per context).
+const MaxSpeakText = 10000
 
 type ttsJob struct {
 	id     string
@@ -62,7 +75,7 @@ func (p *peer) startTTS(ctx context.Context, m Message) (string, error) {
 		return "", nil
 	}
 	t := &ttsSession{p: p, syn: syn, voice: m.Voice, jobs: make(chan ttsJob, maxQueuedTexts),
-		fifo: buffers.NewFIFO(10 * opusRate)}
+		space: make(chan struct{}, 1), fifo: buffers.NewFIFO(ttsAhead + opusRate)}
 	p.mu.Lock()
 	p.tts = t
 	p.mu.Unlock()
@@ -75,11 +88,13 @@ func (t *ttsSession) speak(ctx context.Context, m Message) (string, error) {
 	if !hasText(m.Text) {
 		return CodeBadMessage, errors.New("speak needs a non-empty text")
 	}
-	jctx, cancel := context.WithCancel(ctx)
-	if m.MaxTokens < 0 {
-		cancel()
-		return CodeBadMessage, errors.New("max_tokens must not be negative")
+	if n := utf8.RuneCountInString(m.Text); n > MaxSpeakText {
+		return CodeTextTooLong, fmt.Errorf("text has %d characters; the limit is %d per speak message", n, MaxSpeakText)
 	}
+	if err := stream.CheckSynthOptions(0, m.MaxTokens); err != nil {
+		return CodeBadMessage, err
+	}
+	jctx, cancel := context.WithCancel(ctx)
 	j := ttsJob{id: m.ContextID, text: m.Text, max: m.MaxTokens, seed: m.Seed, start: time.Now(), ctx: jctx, cancel: cancel}
 	select {
 	case t.jobs <- j:
@@ -116,10 +131,21 @@ func (t *ttsSession) pull(out []float32) int {
 	defer t.mu.Unlock()
 	n := t.fifo.Read(out)
 	clear(out[n:])
+	if n > 0 {
+		select {
+		case t.space <- struct{}{}:
+		default:
+		}
+	}
 	return n
 }
 
 func (t *ttsSession) work(ctx context.Context) {
+	select { // no playout before the media is negotiated: nothing to synthesise for yet
+	case <-t.p.negotiated:
+	case <-ctx.Done():
+		return
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -165,25 +191,40 @@ func (t *ttsSession) run(j ttsJob) {
 	var buf []float32
 	var ttfa time.Duration
 	samples := 0
-	push := func(x []float32) {
-		t.mu.Lock()
-		if j.ctx.Err() == nil { // after a cancel nothing more may reach the FIFO
-			t.fifo.Write(x)
+	// push waits while the FIFO holds ttsAhead of audio: synthesis follows playout.
+	push := func(x []float32) error {
+		for {
+			t.mu.Lock()
+			if err := j.ctx.Err(); err != nil { // after a cancel nothing more may reach the FIFO
+				t.mu.Unlock()
+				return err
+			}
+			if t.fifo.Len() < ttsAhead {
+				t.fifo.Write(x)
+				t.mu.Unlock()
+				return nil
+			}
+			t.mu.Unlock()
+			select {
+			case <-t.space:
+			case <-j.ctx.Done():
+			}
 		}
-		t.mu.Unlock()
 	}
-	err = t.syn.Synthesize(j.ctx, stream.SynthRequest{Text: j.text, Voice: voice, MaxTokens: j.max, Seed: j.seed}, func(c stream.SynthChunk) error {
-		buf = rs.Process(buf[:0], c.Samples)
-		samples += len(c.Samples)
-		if len(buf) > 0 && ttfa == 0 {
-			ttfa = time.Since(j.start)
-			t.p.event(Message{Type: "speaking", ContextID: j.id})
-		}
-		push(buf)
-		return nil
+	req := stream.SynthRequest{Text: j.text, Voice: voice, Owner: t.p.owner, MaxTokens: j.max, Seed: j.seed}
+	err = stream.Guard(t.p.log, "synthesis", func() error {
+		return t.syn.Synthesize(j.ctx, req, func(c stream.SynthChunk) error {
+			buf = rs.Process(buf[:0], c.Samples)
+			samples += len(c.Samples)
+			if len(buf) > 0 && ttfa == 0 {
+				ttfa = time.Since(j.start)
+				t.p.event(Message{Type: "speaking", ContextID: j.id})
+			}
+			return push(buf)
+		})
 	})
 	if err == nil {
-		push(rs.Flush(buf[:0]))
+		err = push(rs.Flush(buf[:0]))
 	}
 	busy := time.Since(j.start)
 	audio := time.Duration(samples) * time.Second / time.Duration(t.syn.Info().SampleRate)
@@ -199,7 +240,7 @@ func (t *ttsSession) run(j ttsJob) {
 	case errors.Is(err, stream.ErrNothingToSay):
 		t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeBadMessage, Message: err.Error()})
 	case err != nil:
-		t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeSynthesis, Message: err.Error()})
+		t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeSynthesis, Message: stream.Opaque(t.p.log, "synthesis", err)})
 	default:
 		t.p.event(Message{Type: "done", ContextID: j.id, Metrics: met})
 	}

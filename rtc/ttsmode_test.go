@@ -26,25 +26,32 @@ func rmsOf(x []float32) float64 {
 	return math.Sqrt(s / float64(max(1, len(x))))
 }
 
-// TestTTSOverWebRTC: a session in text-to-speech mode plays synthesised speech on its Opus
-// track, silence between texts, and a cancel silences it within a frame or two.
-func TestTTSOverWebRTC(t *testing.T) {
+// tinyTTS loads the tiny golden MioTTS with the speech fixture as its default voice "ref".
+func tinyTTS(t *testing.T) *stream.Synthesizers {
+	t.Helper()
 	lm := golden.Path(t, "miotts", "model.gguf")
 	codec := golden.Path(t, "miocodec", "model.gguf")
 	be, err := engine.NewCPU(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer be.Close()
+	t.Cleanup(func() { be.Close() })
 	tts, err := miotts.Load(lm, codec, be, miotts.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tts.Close()
+	t.Cleanup(tts.Close)
 	tts.DefaultVoice = "ref"
 	tts.Voices = adapt.Voices(nil, map[string]string{"ref": filepath.Join("..", "testdata", "speech_en_48k.wav")})
 	synths := &stream.Synthesizers{}
 	synths.Register(adapt.MioTTS(tts))
+	return synths
+}
+
+// TestTTSOverWebRTC: a session in text-to-speech mode plays synthesised speech on its Opus
+// track, silence between texts, and a cancel silences it within a frame or two.
+func TestTTSOverWebRTC(t *testing.T) {
+	synths := tinyTTS(t)
 	srv, err := rtc.NewServer(rtc.Config{Loopback: true, Synthesizers: synths})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/pion/webrtc/v4"
+
+	"github.com/voxpipe/voxpipe/rtc/auth"
 )
 
 // WHIP (RFC 9725) ingest and WHEP egress: OBS (30+) or ffmpeg sends its audio to
@@ -40,22 +42,34 @@ func (s *Server) addPeer(p *peer) {
 func (s *Server) removePeer(p *peer) {
 	s.mu.Lock()
 	delete(s.peers, p.id)
-	var gone []*webrtc.PeerConnection
+	var gone []viewer
 	for id, v := range s.viewers {
-		if v.session == p.id {
-			gone = append(gone, v.pc)
+		if v.session == p.id && v.pc != nil { // one still negotiating sees the session gone
+			gone = append(gone, v)
 			delete(s.viewers, id)
 		}
 	}
 	s.mu.Unlock()
-	for _, pc := range gone {
-		pc.Close()
+	for _, v := range gone {
+		v.hangUp()
 	}
 }
 
+// viewer is a WHEP viewer; pc is nil while it is still negotiating (its place is taken).
 type viewer struct {
 	session string
+	owner   string
 	pc      *webrtc.PeerConnection
+	release func() // gives the viewer's session back to its key's limit
+}
+
+func (v viewer) hangUp() {
+	if v.pc != nil {
+		v.pc.Close()
+	}
+	if v.release != nil {
+		v.release()
+	}
 }
 
 // readOffer reads an application/sdp body and checks it offers Opus audio.
@@ -111,14 +125,22 @@ func (s *Server) whip(w http.ResponseWriter, r *http.Request) {
 		}
 		m.Params[k] = v
 	}
-	id := fmt.Sprintf("w%06d", s.nextID.Add(1))
+	owner := auth.PrincipalOf(r.Context())
+	release, ok := s.cfg.Sessions.Acquire(owner) // the session outlives this request
+	if !ok {
+		s.cfg.Sessions.Refuse(w)
+		return
+	}
+	id := newID("w")
 	log := s.cfg.Logger.With("session", id, "remote", r.RemoteAddr, "via", "whip")
 	p := newPeer(s, id, nil, log)
+	p.owner = owner
 	ctx, cancel := context.WithCancel(s.ctx)
 	p.cancel = cancel
 	fail := func(status int, msg string) {
 		cancel()
 		p.shutdown()
+		release()
 		http.Error(w, msg, status)
 	}
 	if err := p.start(); err != nil {
@@ -144,6 +166,7 @@ func (s *Server) whip(w http.ResponseWriter, r *http.Request) {
 		<-ctx.Done()
 		s.removePeer(p)
 		p.shutdown()
+		release()
 		s.active.Add(-1)
 		if s.cfg.OnSession != nil {
 			s.cfg.OnSession(id, false)
@@ -158,7 +181,8 @@ func (s *Server) whipDelete(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	p, ok := s.peers[r.PathValue("id")]
 	s.mu.Unlock()
-	if !ok || p.conn != nil {
+	// Another key's session is answered like a missing one: ids are not to be probed.
+	if !ok || p.conn != nil || !auth.CanSee(p.owner, auth.PrincipalOf(r.Context())) {
 		http.Error(w, "no such WHIP session", http.StatusNotFound)
 		return
 	}
@@ -167,20 +191,31 @@ func (s *Server) whipDelete(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// whep lets a viewer receive a live session's output track.
+// whep lets a viewer receive a live session's output track: one the viewer's key made
+// (an admin key may view any).
 func (s *Server) whep(w http.ResponseWriter, r *http.Request) {
 	offer, ok := s.readOffer(w, r)
 	if !ok {
 		return
 	}
 	session := r.PathValue("session")
+	owner := auth.PrincipalOf(r.Context())
+	vid := newID("v")
+	// The viewer's place is taken under the lock that counts them, before negotiating, so
+	// concurrent requests cannot pass the cap together; a failure gives it back.
 	s.mu.Lock()
 	p, ok := s.peers[session]
+	if ok && !auth.CanSee(p.owner, owner) {
+		ok = false
+	}
 	n := 0
 	for _, v := range s.viewers {
 		if v.session == session {
 			n++
 		}
+	}
+	if ok && n < maxViewers {
+		s.viewers[vid] = viewer{session: session, owner: owner}
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -191,15 +226,25 @@ func (s *Server) whep(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("session %s already has %d viewers", session, maxViewers), http.StatusServiceUnavailable)
 		return
 	}
+	release, ok := s.cfg.Sessions.Acquire(owner)
+	if !ok {
+		s.dropViewer(vid)
+		s.cfg.Sessions.Refuse(w)
+		return
+	}
 	select {
 	case <-p.negotiated:
 	case <-time.After(5 * time.Second):
+		s.dropViewer(vid)
+		release()
 		http.Error(w, "session "+session+" has not negotiated its media yet", http.StatusConflict)
 		return
 	}
 	pc, err := s.api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
+		s.dropViewer(vid)
+		release()
+		http.Error(w, "cannot make a peer connection", http.StatusInternalServerError)
 		return
 	}
 	answer, err := func() (string, error) {
@@ -233,36 +278,50 @@ func (s *Server) whep(w http.ResponseWriter, r *http.Request) {
 		return pc.LocalDescription().SDP, nil
 	}()
 	if err != nil {
+		s.dropViewer(vid)
+		release()
 		pc.Close()
 		http.Error(w, "negotiation failed: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	vid := fmt.Sprintf("v%06d", s.nextID.Add(1))
 	s.mu.Lock()
-	if _, live := s.peers[session]; !live {
-		s.mu.Unlock()
+	_, live := s.peers[session]
+	_, kept := s.viewers[vid]
+	if live && kept {
+		s.viewers[vid] = viewer{session: session, owner: owner, pc: pc, release: release}
+	}
+	s.mu.Unlock()
+	if !live || !kept {
+		s.dropViewer(vid)
+		release()
 		pc.Close()
 		http.Error(w, "session "+session+" ended", http.StatusNotFound)
 		return
 	}
-	s.viewers[vid] = viewer{session: session, pc: pc}
-	s.mu.Unlock()
 	pc.OnConnectionStateChange(func(st webrtc.PeerConnectionState) {
 		if st == webrtc.PeerConnectionStateFailed || st == webrtc.PeerConnectionStateClosed {
-			s.mu.Lock()
-			delete(s.viewers, vid)
-			s.mu.Unlock()
-			pc.Close()
+			s.dropViewer(vid)
 		}
 	})
 	writeAnswer(w, "/v1/whep/"+session+"/"+vid, answer)
+}
+
+// dropViewer forgets a viewer, hangs it up and gives its session back to its key.
+func (s *Server) dropViewer(vid string) {
+	s.mu.Lock()
+	v, ok := s.viewers[vid]
+	delete(s.viewers, vid)
+	s.mu.Unlock()
+	if ok {
+		v.hangUp()
+	}
 }
 
 func (s *Server) whepDelete(w http.ResponseWriter, r *http.Request) {
 	vid := r.PathValue("viewer")
 	s.mu.Lock()
 	v, ok := s.viewers[vid]
-	if ok && v.session == r.PathValue("session") {
+	if ok && v.session == r.PathValue("session") && v.pc != nil && auth.CanSee(v.owner, auth.PrincipalOf(r.Context())) {
 		delete(s.viewers, vid)
 	} else {
 		ok = false
@@ -272,6 +331,6 @@ func (s *Server) whepDelete(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such WHEP viewer", http.StatusNotFound)
 		return
 	}
-	v.pc.Close()
+	v.hangUp()
 	w.WriteHeader(http.StatusOK)
 }

@@ -36,7 +36,8 @@ func pionAPI(t *testing.T) *webrtc.API {
 }
 
 // postSDP does the WHIP/WHEP exchange: offer (all candidates) → 201 answer + Location.
-func postSDP(t *testing.T, pc *webrtc.PeerConnection, url string) (string, int) {
+// A key, if given, is sent as a Bearer token.
+func postSDP(t *testing.T, pc *webrtc.PeerConnection, url string, key ...string) (string, int) {
 	t.Helper()
 	offer, err := pc.CreateOffer(nil)
 	if err != nil {
@@ -47,7 +48,15 @@ func postSDP(t *testing.T, pc *webrtc.PeerConnection, url string) (string, int) 
 		t.Fatal(err)
 	}
 	<-gathered
-	resp, err := http.Post(url, "application/sdp", strings.NewReader(pc.LocalDescription().SDP))
+	req, err := http.NewRequest("POST", url, strings.NewReader(pc.LocalDescription().SDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/sdp")
+	if len(key) > 0 {
+		req.Header.Set("Authorization", "Bearer "+key[0])
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -450,6 +450,18 @@ func (t *Tokenizer) AppendEncode(dst []int, text string) []int {
 	return t.encodeOrdinary(dst, text[start:], st)
 }
 
+// AppendEncodeText appends the token ids of text read as plain text: added tokens such as
+// <|im_end|> or <|s_5|> written in it are encoded as their characters, never as the token, so
+// user text cannot inject control tokens into a prompt.
+func (t *Tokenizer) AppendEncodeText(dst []int, text string) []int {
+	st, _ := t.pool.Get().(*encState)
+	if st == nil {
+		st = new(encState)
+	}
+	defer t.pool.Put(st)
+	return t.encodeOrdinary(dst, text, st)
+}
+
 // Pieces returns the token strings of text (byte symbols / added-token text).
 func (t *Tokenizer) Pieces(text string) []string {
 	ids := t.Encode(text)

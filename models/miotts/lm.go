@@ -196,15 +196,29 @@ func PromptText(text string) string {
 	return "<|im_start|>user\n" + text + "<|im_end|>\n<|im_start|>assistant\n"
 }
 
-// Prompt tokenizes the prompt for already normalised text.
+// Prompt tokenizes the prompt for already normalised text. Only the template's own markers
+// become special tokens: the user's text is encoded as plain text (AppendEncodeText), so
+// "<|im_end|>" or "<|s_5|>" in it cannot steer the model. For text without such markers the
+// ids equal those of encoding PromptText whole.
 func (lm *LM) Prompt(text string) []int32 {
-	ids := lm.Tokenizer.Encode(PromptText(text))
+	tok := lm.Tokenizer
+	ids := make([]int, 0, len(text)/3+8)
+	ids = append(ids, int(lm.imStart))
+	ids = tok.AppendEncodeText(ids, "user\n"+text) // one piece, as the pre-tokenizer saw it
+	ids = append(ids, int(lm.imEnd))
+	ids = tok.AppendEncodeText(ids, "\n")
+	ids = append(ids, int(lm.imStart))
+	ids = tok.AppendEncodeText(ids, "assistant\n")
 	out := make([]int32, len(ids))
 	for i, v := range ids {
 		out[i] = int32(v)
 	}
 	return out
 }
+
+// maxTokensNoContext caps generation for a model whose config gives no context length, so
+// the KV cache and history are sized by something other than a caller's number.
+const maxTokensNoContext = 8192
 
 // GenOptions are per-request generation settings; zero fields take the model's defaults.
 type GenOptions struct {
@@ -236,11 +250,15 @@ func (lm *LM) Generate(ctx context.Context, text string, opt GenOptions, emit fu
 	if maxNew <= 0 {
 		maxNew = lm.MaxNew
 	}
-	if mp := lm.Model.Config.MaxPos; mp > 0 && len(prompt)+maxNew > mp {
+	// Compared as maxNew > mp-len(prompt), never len(prompt)+maxNew: a cap near MaxInt
+	// would overflow the sum and pass.
+	if mp := lm.Model.Config.MaxPos; mp > 0 && maxNew > mp-len(prompt) {
 		if len(prompt) >= mp {
 			return st, fmt.Errorf("miotts: prompt of %d tokens does not fit the context of %d", len(prompt), mp)
 		}
 		maxNew = mp - len(prompt)
+	} else if mp <= 0 && maxNew > maxTokensNoContext {
+		maxNew = maxTokensNoContext
 	}
 	cfg := lm.Defaults
 	if opt.Sampler != nil {

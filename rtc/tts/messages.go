@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/voxpipe/voxpipe/rtc/audioout"
+	"github.com/voxpipe/voxpipe/stream"
 )
 
 // Error codes sent in error messages.
@@ -89,8 +90,10 @@ func decodeClientMessage(data []byte) (ClientMessage, string, error) {
 			return m, CodeBadFormat, err
 		}
 	}
-	if o := m.Options; o != nil && (o.Temperature < 0 || o.Temperature > 2 || o.MaxTokens < 0) {
-		return m, CodeBadMessage, fmt.Errorf("%w: options: temperature must be in [0, 2] and max_tokens ≥ 0", errBadMessage)
+	if o := m.Options; o != nil {
+		if err := stream.CheckSynthOptions(o.Temperature, o.MaxTokens); err != nil {
+			return m, CodeBadMessage, fmt.Errorf("options: %w", err)
+		}
 	}
 	return m, "", nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/voxpipe/voxpipe/rtc/audioout"
+	"github.com/voxpipe/voxpipe/rtc/auth"
 	"github.com/voxpipe/voxpipe/stream"
 )
 
@@ -131,16 +132,18 @@ func (s *Server) synthesize(ctx context.Context, syn stream.Synthesizer, req str
 	}
 	defer release()
 	var buf []byte
-	err = syn.Synthesize(ctx, req, func(c stream.SynthChunk) error {
-		samples += len(c.Samples)
-		var err error
-		if buf, err = enc.Encode(buf[:0], c.Samples); err != nil {
-			return err
-		}
-		if len(buf) == 0 {
-			return nil
-		}
-		return send(buf)
+	err = stream.Guard(s.cfg.Logger, "synthesis", func() error {
+		return syn.Synthesize(ctx, req, func(c stream.SynthChunk) error {
+			samples += len(c.Samples)
+			var err error
+			if buf, err = enc.Encode(buf[:0], c.Samples); err != nil {
+				return err
+			}
+			if len(buf) == 0 {
+				return nil
+			}
+			return send(buf)
+		})
 	})
 	return samples, err
 }
@@ -163,7 +166,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := fmt.Sprintf("t%06d", s.nextID.Add(1))
 	log := s.cfg.Logger.With("session", id, "remote", r.RemoteAddr)
 	log.Info("tts socket opened")
-	newSocket(s, conn, log).run()
+	newSocket(s, conn, log, auth.PrincipalOf(r.Context())).run()
 	log.Info("tts socket closed")
 }
 

@@ -19,9 +19,10 @@ const writeTimeout = 10 * time.Second
 // socket is one TTS WebSocket: a read loop that dispatches messages, one writer goroutine
 // that owns the connection's write side, and a worker goroutine per open context.
 type socket struct {
-	s    *Server
-	conn *websocket.Conn
-	log  *slog.Logger
+	s     *Server
+	conn  *websocket.Conn
+	log   *slog.Logger
+	owner string // the principal of the socket's key: voices are looked up among its own
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -65,9 +66,9 @@ type ttsContext struct {
 	samples int
 }
 
-func newSocket(s *Server, conn *websocket.Conn, log *slog.Logger) *socket {
+func newSocket(s *Server, conn *websocket.Conn, log *slog.Logger, owner string) *socket {
 	ctx, cancel := context.WithCancel(s.ctx)
-	return &socket{s: s, conn: conn, log: log, ctx: ctx, cancel: cancel, out: make(chan outMsg, 64),
+	return &socket{s: s, conn: conn, log: log, owner: owner, ctx: ctx, cancel: cancel, out: make(chan outMsg, 64),
 		contexts: map[string]*ttsContext{}, tokens: 50, last: time.Now()}
 }
 
@@ -238,7 +239,7 @@ func (k *socket) open(m ClientMessage) *ttsContext {
 		return nil
 	}
 	c := &ttsContext{id: m.ContextID, syn: syn, enc: enc, pieces: make(chan string, 256), start: time.Now(),
-		req: stream.SynthRequest{Voice: m.Voice}}
+		req: stream.SynthRequest{Voice: m.Voice, Owner: k.owner}}
 	if o := m.Options; o != nil {
 		c.req.Seed, c.req.Temperature, c.req.MaxTokens = o.Seed, o.Temperature, o.MaxTokens
 	}
@@ -309,8 +310,7 @@ pieces:
 			case errors.Is(err, stream.ErrNothingToSay):
 				k.sendError(c.id, CodeBadMessage, err.Error(), 0)
 			default:
-				k.log.Warn("synthesis failed", "context", c.id, "err", err)
-				k.sendError(c.id, CodeSynthesis, err.Error(), 0)
+				k.sendError(c.id, CodeSynthesis, stream.Opaque(k.log.With("context", c.id), "synthesis", err), 0)
 			}
 			return
 		}

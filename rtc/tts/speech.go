@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/rtc/audioout"
+	"github.com/voxpipe/voxpipe/rtc/auth"
 	"github.com/voxpipe/voxpipe/stream"
 )
 
@@ -86,6 +87,16 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, err.Error())
 		return
 	}
+	if o := req.Options; o != nil {
+		if err := stream.CheckSynthOptions(o.Temperature, o.MaxTokens); err != nil {
+			writeAPIError(w, http.StatusBadRequest, CodeBadMessage, "options: "+err.Error())
+			return
+		}
+	}
+	if sp := req.Speed; sp != nil && !(*sp >= 0.25 && *sp <= 4) {
+		writeAPIError(w, http.StatusBadRequest, CodeBadMessage, fmt.Sprintf("speed %g: use 0.25 to 4", *sp))
+		return
+	}
 	syn, err := s.cfg.Synthesizers.Get(req.Model)
 	if err != nil {
 		writeAPIError(w, http.StatusNotFound, CodeUnknownModel, err.Error())
@@ -104,7 +115,7 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)() // server shutdown ends the stream too
-	sr := stream.SynthRequest{Text: req.Input, Voice: req.Voice}
+	sr := stream.SynthRequest{Text: req.Input, Voice: req.Voice, Owner: auth.PrincipalOf(r.Context())}
 	if o := req.Options; o != nil {
 		sr.Seed, sr.Temperature, sr.MaxTokens = o.Seed, o.Temperature, o.MaxTokens
 	}
@@ -162,6 +173,6 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, CodeBadMessage, err.Error())
 	case ctx.Err() != nil:
 	default:
-		writeAPIError(w, http.StatusInternalServerError, CodeSynthesis, err.Error())
+		writeAPIError(w, http.StatusInternalServerError, CodeSynthesis, stream.Opaque(s.cfg.Logger, "synthesis", err))
 	}
 }
