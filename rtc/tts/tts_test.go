@@ -61,7 +61,9 @@ func synths(t *testing.T) *stream.Synthesizers {
 
 func newServer(t *testing.T, cfg tts.Config) (*tts.Server, string) {
 	t.Helper()
-	cfg.Synthesizers = synths(t)
+	if cfg.Synthesizers == nil {
+		cfg.Synthesizers = synths(t)
+	}
 	srv := tts.NewServer(cfg)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/tts/ws", srv)
