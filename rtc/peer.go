@@ -271,19 +271,21 @@ func (p *peer) apply(m Message, voice stream.Processor, name string) (string, er
 // that voice, otherwise from the registry (which takes no reference clip; explicitRef says the
 // client named one for it). It returns the protocol error code with any error.
 func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, string, error) {
-	code := func(err error) string {
+	// A client's mistake is explained; anything else is the server's, and its detail
+	// (paths, file names) stays in the log.
+	fail := func(err error) (stream.Processor, string, error) {
 		switch {
 		case errors.Is(err, stream.ErrUnknownVoice):
-			return CodeUnknownVoice
+			return nil, CodeUnknownVoice, err
 		case errors.Is(err, ErrBadParams):
-			return CodeBadParams
+			return nil, CodeBadParams, err
 		}
-		return CodeInternal
+		return nil, CodeInternal, errors.New(stream.Opaque(p.log, "voice "+voice, err))
 	}
 	if f := p.srv.cfg.NewProcessor; f != nil {
 		proc, err := f(p.owner, voice, ref)
 		if err != nil {
-			return nil, code(err), err
+			return fail(err)
 		}
 		if proc != nil {
 			p.owned = append(p.owned, proc)
@@ -295,7 +297,7 @@ func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, 
 	}
 	proc, err := p.srv.cfg.Voices.New(voice)
 	if err != nil {
-		return nil, code(err), err
+		return fail(err)
 	}
 	p.owned = append(p.owned, proc)
 	return proc, "", nil

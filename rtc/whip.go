@@ -12,6 +12,7 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/voxpipe/voxpipe/rtc/auth"
+	"github.com/voxpipe/voxpipe/stream"
 )
 
 // WHIP (RFC 9725) ingest and WHEP egress: OBS (30+) or ffmpeg sends its audio to
@@ -144,7 +145,7 @@ func (s *Server) whip(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, msg, status)
 	}
 	if err := p.start(); err != nil {
-		fail(http.StatusInternalServerError, err.Error())
+		fail(http.StatusInternalServerError, stream.Opaque(log, "session", err))
 		return
 	}
 	if code, err := p.configure(m); err != nil {
