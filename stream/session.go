@@ -2,6 +2,7 @@ package stream
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/voxpipe/voxpipe/buffers"
@@ -49,7 +50,11 @@ type shift struct{ from, delta int64 }
 // Session feeds a Processor from a stream of audio at IORate: it resamples to the processor's
 // rate and back, cuts chunks, crossfades overlapping chunk outputs, keeps the output queue
 // within its age bound, and knows for every output sample which input sample it came from.
-// It is driven by one goroutine.
+//
+// Two goroutines may drive it: one processes (Push, or note and process separately, Swap,
+// Drain) and one plays out (Pull, NoteQueueAge, Stats). They share only the output side,
+// under mu, held for copies and never across a Process call — so a live stream's clock
+// (see Live) never waits for the processor.
 type Session struct {
 	cfg   Config
 	name  string
@@ -58,6 +63,10 @@ type Session struct {
 	up    *dsp.Resampler // IORate → processor rate; nil when equal
 	down  *dsp.Resampler // processor rate → IORate; nil when equal
 	xfade int            // crossfade length at IORate
+
+	// mu guards the output side (out, produced, shifts, marks, pushed, started, stats) and
+	// the installed processor's name and info, which the playing side reads.
+	mu sync.Mutex
 
 	pending   []float32 // input at the processor rate not yet processed
 	procOut   []float32 // scratch: one chunk's output at the processor rate
@@ -120,8 +129,10 @@ func (s *Session) install(name string, proc Processor) error {
 	} else {
 		s.pending = s.pending[:0]
 	}
+	s.mu.Lock()
 	s.name, s.proc, s.info, s.up, s.down = name, proc, info, up, down
 	s.stats.Voice = name
+	s.mu.Unlock()
 	s.tail = s.tail[:0]
 	s.procOut = growCap(s.procOut, info.ChunkSize+info.Overlap)
 	return nil
@@ -133,17 +144,31 @@ func (s *Session) latencyIO() int64 {
 }
 
 // Info is the current processor's info.
-func (s *Session) Info() ProcessorInfo { return s.info }
+func (s *Session) Info() ProcessorInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info
+}
 
 // Processor is the current processor.
-func (s *Session) Processor() Processor { return s.proc }
+func (s *Session) Processor() Processor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
 
 // Voice is the name the current processor was installed under.
-func (s *Session) Voice() string { return s.name }
+func (s *Session) Voice() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.name
+}
 
 // AlgorithmicLatency is the delay the processing path adds by design: processor latency,
 // chunking and resampler look-ahead.
 func (s *Session) AlgorithmicLatency() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	sec := float64(s.info.Latency+s.info.ChunkSize) / float64(s.info.SampleRate)
 	if s.up != nil {
 		sec += float64(s.up.LookaheadInput()) / float64(s.cfg.IORate)
@@ -155,14 +180,38 @@ func (s *Session) AlgorithmicLatency() time.Duration {
 // Push appends input audio that arrived at time at (the time of its first sample) and runs
 // every chunk that is complete.
 func (s *Session) Push(in []float32, at time.Time) error {
+	s.note(len(in), at)
+	return s.process(in)
+}
+
+// note records that n input samples arrived at time at (for latency accounting).
+func (s *Session) note(n int, at time.Time) {
+	s.mu.Lock()
 	s.marks[s.markN%len(s.marks)] = mark{s.pushed, at}
 	s.markN++
-	s.pushed += int64(len(in))
+	s.pushed += int64(n)
+	s.mu.Unlock()
+}
+
+// skipInput accounts for n noted input samples that will never be processed (dropped
+// because processing fell behind): later output comes from input n samples further on.
+func (s *Session) skipInput(n int) {
+	s.mu.Lock()
+	last := s.shifts[len(s.shifts)-1]
+	s.shifts = append(s.shifts, shift{s.produced, last.delta + int64(n)})
+	s.mu.Unlock()
+}
+
+// process resamples noted input and runs every chunk that is complete.
+func (s *Session) process(in []float32) error {
 	src := in
 	if s.up != nil {
 		t0 := time.Now()
 		s.upOut = s.up.Process(s.upOut[:0], in)
-		s.stats.Resample += time.Since(t0)
+		d := time.Since(t0)
+		s.mu.Lock()
+		s.stats.Resample += d
+		s.mu.Unlock()
 		src = s.upOut
 	}
 	s.pending = append(s.pending, src...)
@@ -193,11 +242,13 @@ func (s *Session) runChunk(chunk []float32) error {
 		elapsed = time.Since(t0)
 	}
 	s.procOut = out[:0]
+	s.mu.Lock()
 	s.stats.Process += elapsed
 	s.stats.Chunks++
 	if elapsed > time.Duration(float64(len(chunk))/float64(s.info.SampleRate)*float64(time.Second)) {
 		s.stats.LateChunks++
 	}
+	s.mu.Unlock()
 	s.emit(s.joinOverlap(out))
 	return nil
 }
@@ -231,12 +282,16 @@ func (s *Session) emit(out []float32) {
 		out[i] *= float32(s.fadeInPos) / float32(s.fadeIn)
 		s.fadeInPos++
 	}
+	var resample time.Duration
 	if s.down != nil {
 		t0 := time.Now()
 		s.ioOut = s.down.Process(s.ioOut[:0], out)
-		s.stats.Resample += time.Since(t0)
+		resample = time.Since(t0)
 		out = s.ioOut
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Resample += resample
 	s.out.Write(out)
 	s.produced += int64(len(out))
 	s.stats.Produced += s.samplesToDuration(len(out))
@@ -252,6 +307,8 @@ func (s *Session) emit(out []float32) {
 // Pull fills dst with the next output audio at time now, padding with silence when too little
 // is queued, and returns how many samples were real audio.
 func (s *Session) Pull(dst []float32, now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	head := s.produced - int64(s.out.Len())
 	n := s.out.Read(dst)
 	clear(dst[n:])
@@ -269,6 +326,8 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 
 // NoteQueueAge records how long ago the input of the oldest queued output sample arrived.
 func (s *Session) NoteQueueAge(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.out.Len() == 0 {
 		s.stats.QueueAge = 0
 		return
@@ -316,7 +375,9 @@ func (s *Session) Swap(name string, proc Processor) error {
 	old := s.info
 	if i := proc.Info(); i.SampleRate == old.SampleRate && i.ChunkSize == old.ChunkSize && i.Latency == old.Latency && i.Overlap == old.Overlap {
 		s.fade = &fade{old: s.proc, n: int(s.cfg.Crossfade.Seconds() * float64(old.SampleRate)), warm: old.Latency}
+		s.mu.Lock()
 		s.name, s.proc, s.info, s.stats.Voice = name, proc, i, name
+		s.mu.Unlock()
 		return nil
 	}
 	flushed, err := s.proc.Flush(s.procOut[:0])
@@ -331,8 +392,10 @@ func (s *Session) Swap(name string, proc Processor) error {
 	if s.down != nil && proc.Info().SampleRate != old.SampleRate {
 		// The resampler back to IORate is replaced too: let out what it still holds.
 		s.ioOut = s.down.Flush(s.ioOut[:0])
+		s.mu.Lock()
 		s.out.Write(s.ioOut)
 		s.produced += int64(len(s.ioOut))
+		s.mu.Unlock()
 	}
 	s.fade = nil
 	if err := s.install(name, proc); err != nil {
@@ -343,7 +406,9 @@ func (s *Session) Swap(name string, proc Processor) error {
 	s.fadeInPos = 0
 	// From here on, output index produced+k comes from input index (pushed - pending) + k.
 	pendingIO := int64(len(s.pending)) * int64(s.cfg.IORate) / int64(s.info.SampleRate)
+	s.mu.Lock()
 	s.shifts = append(s.shifts, shift{s.produced, s.pushed - pendingIO - s.produced})
+	s.mu.Unlock()
 	return nil
 }
 
@@ -408,16 +473,24 @@ func (s *Session) Drain() error {
 		s.ioOut = s.down.Flush(s.ioOut)
 		out = s.ioOut
 	}
+	s.mu.Lock()
 	s.out.Write(out)
 	s.produced += int64(len(out))
+	s.mu.Unlock()
 	return nil
 }
 
 // Queued is the number of output samples waiting to be pulled.
-func (s *Session) Queued() int { return s.out.Len() }
+func (s *Session) Queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.out.Len()
+}
 
 // Stats returns the counters so far.
 func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	st := s.stats
 	st.QueueDepth = s.samplesToDuration(s.out.Len())
 	return st

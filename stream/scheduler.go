@@ -1,0 +1,316 @@
+package stream
+
+import (
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Scheduler owns model work: live sessions submit their due chunks, and a fixed set of
+// workers runs them, so no network clock ever waits on a model. A session is queued at most
+// once at a time, so the queue is bounded by the number of sessions. (A worker takes one
+// session's work at a time today; running the same step of several sessions together is the
+// batching that this shape leaves room for.)
+type Scheduler struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  []*Live
+	closed bool
+	wg     sync.WaitGroup
+
+	workers int
+	live    atomic.Int64 // open Live sessions
+	busy    atomic.Int64 // nanoseconds spent running steps, ever
+	start   time.Time
+	window  struct {
+		sync.Mutex
+		at   time.Time
+		busy int64
+		load float64
+	}
+}
+
+// NewScheduler starts workers goroutines (≤ 0: one per CPU).
+func NewScheduler(workers int) *Scheduler {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	s := &Scheduler{workers: workers, start: time.Now()}
+	s.cond = sync.NewCond(&s.mu)
+	s.window.at = s.start
+	for range workers {
+		s.wg.Add(1)
+		go s.work()
+	}
+	return s
+}
+
+// Close stops the workers after the steps now running; queued work is dropped.
+func (s *Scheduler) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.queue = nil
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// SchedulerStats describe the load on a scheduler.
+type SchedulerStats struct {
+	Workers  int
+	Sessions int
+	Queued   int
+	// Load is the fraction of the workers' time spent in steps over the last second or so
+	// (1 = every worker busy all the time).
+	Load float64
+}
+
+// Stats reports the scheduler's load.
+func (s *Scheduler) Stats() SchedulerStats {
+	s.mu.Lock()
+	q := len(s.queue)
+	s.mu.Unlock()
+	return SchedulerStats{Workers: s.workers, Sessions: int(s.live.Load()), Queued: q, Load: s.load()}
+}
+
+// HasCapacity reports whether another real-time session fits: the workers are not already
+// close to saturated. Admission asks it before a session with a model voice starts.
+func (s *Scheduler) HasCapacity() bool { return s.load() < 0.85 }
+
+// load is the busy fraction, refreshed at most once a second.
+func (s *Scheduler) load() float64 {
+	w := &s.window
+	w.Lock()
+	defer w.Unlock()
+	now := time.Now()
+	if d := now.Sub(w.at); d >= time.Second {
+		busy := s.busy.Load()
+		w.load = float64(busy-w.busy) / float64(d) / float64(s.workers)
+		w.at, w.busy = now, busy
+	}
+	return w.load
+}
+
+func (s *Scheduler) submit(l *Live) {
+	if !l.queued.CompareAndSwap(false, true) {
+		return // already waiting; its step takes whatever arrived since
+	}
+	s.mu.Lock()
+	if !s.closed {
+		s.queue = append(s.queue, l)
+		s.cond.Signal()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Scheduler) work() {
+	defer s.wg.Done()
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.closed {
+			s.cond.Wait()
+		}
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
+		l := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		t0 := time.Now()
+		l.step()
+		s.busy.Add(int64(time.Since(t0)))
+		// Cleared after the step, so a push during it re-queues the session here rather
+		// than have a second worker wait on it.
+		l.queued.Store(false)
+		if l.due() {
+			s.submit(l)
+		}
+	}
+}
+
+// Live is a Session run for a real-time stream: the media clock pushes input and pulls
+// output and never waits for the processor; the Scheduler's workers run the chunks. Voice
+// swaps are queued and applied by the worker before its next chunk, so they return at once.
+type Live struct {
+	sess  *Session
+	sched *Scheduler
+	log   *slog.Logger
+
+	queued atomic.Bool
+	work   sync.Mutex // held while a step runs: one step of a session at a time
+
+	inMu   sync.Mutex // guards the fields below
+	inbox  []float32  // input noted but not yet processed
+	chunk  int        // input samples (IORate) that make a chunk of the current processor
+	limit  int        // inbox bound: older input is dropped beyond it
+	swaps  []swapReq
+	inUse  []Processor // what the worker may still run (current, fading, queued swaps)
+	closed bool
+	spare  []float32
+}
+
+type swapReq struct {
+	name string
+	proc Processor
+}
+
+// maxInbox bounds the input waiting for a worker: a processor slower than real time loses
+// old input rather than memory.
+const maxInbox = 2 * time.Second
+
+// NewLive makes a Session (see NewSession) run by s. Processing errors are logged to log.
+func (s *Scheduler) NewLive(cfg Config, name string, proc Processor, log *slog.Logger) (*Live, error) {
+	sess, err := NewSession(cfg, name, proc)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	l := &Live{sess: sess, sched: s, log: log, limit: int(maxInbox.Seconds() * float64(sess.cfg.IORate))}
+	l.chunk = l.chunkIO(sess.info)
+	l.inUse = []Processor{proc}
+	s.live.Add(1)
+	return l, nil
+}
+
+func (l *Live) chunkIO(i ProcessorInfo) int {
+	return max(1, i.ChunkSize*l.sess.cfg.IORate/i.SampleRate)
+}
+
+// Push queues input that arrived at time at; a worker processes it once a chunk is due.
+// It never waits for processing.
+func (l *Live) Push(in []float32, at time.Time) {
+	l.sess.note(len(in), at)
+	l.inMu.Lock()
+	if l.closed {
+		l.inMu.Unlock()
+		return
+	}
+	l.inbox = append(l.inbox, in...)
+	drop := len(l.inbox) - l.limit
+	if drop > 0 {
+		l.inbox = l.inbox[:copy(l.inbox, l.inbox[drop:])]
+	}
+	due := len(l.inbox) >= l.chunk
+	l.inMu.Unlock()
+	if drop > 0 {
+		l.sess.skipInput(drop)
+		l.sess.mu.Lock()
+		l.sess.stats.DroppedChunks++
+		l.sess.stats.Dropped += l.sess.samplesToDuration(drop)
+		l.sess.mu.Unlock()
+	}
+	if due {
+		l.sched.submit(l)
+	}
+}
+
+// due reports whether a chunk or a swap waits.
+func (l *Live) due() bool {
+	l.inMu.Lock()
+	defer l.inMu.Unlock()
+	return !l.closed && (len(l.inbox) >= l.chunk || len(l.swaps) > 0)
+}
+
+// Swap queues a voice change (see Session.Swap); the worker applies it before the next
+// chunk, so it returns at once whatever the current processor is doing.
+func (l *Live) Swap(name string, proc Processor) {
+	l.inMu.Lock()
+	l.swaps = append(l.swaps, swapReq{name, proc})
+	l.inUse = append(l.inUse, proc)
+	l.inMu.Unlock()
+	l.sched.submit(l)
+}
+
+// Tune runs fn (a parameter change) while no step of this session runs: processors are
+// driven by one goroutine at a time.
+func (l *Live) Tune(fn func() error) error {
+	l.work.Lock()
+	defer l.work.Unlock()
+	return fn()
+}
+
+// InUse lists the processors the worker may still run; any other processor the session
+// was given is done with and may be closed.
+func (l *Live) InUse() []Processor {
+	l.inMu.Lock()
+	defer l.inMu.Unlock()
+	return append([]Processor(nil), l.inUse...)
+}
+
+// step runs on a worker: apply queued swaps, then process the input that waits.
+func (l *Live) step() {
+	l.work.Lock()
+	defer l.work.Unlock()
+	l.inMu.Lock()
+	if l.closed {
+		l.inMu.Unlock()
+		return
+	}
+	swaps := l.swaps
+	l.swaps = nil
+	in := l.inbox
+	l.inbox = l.spare[:0]
+	l.inMu.Unlock()
+	for _, sw := range swaps {
+		if err := l.sess.Swap(sw.name, sw.proc); err != nil {
+			l.log.Warn("voice swap failed", "voice", sw.name, "err", err)
+		}
+	}
+	if len(in) > 0 {
+		if err := Guard(l.log, "voice processing", func() error { return l.sess.process(in) }); err != nil {
+			l.log.Warn("processing failed", "err", err)
+		}
+	}
+	l.inMu.Lock()
+	l.spare = in[:0]
+	l.chunk = l.chunkIO(l.sess.info)
+	l.inUse = l.inUse[:0]
+	l.inUse = append(l.inUse, l.sess.proc)
+	if f := l.sess.fade; f != nil {
+		l.inUse = append(l.inUse, f.old)
+	}
+	for _, sw := range l.swaps {
+		l.inUse = append(l.inUse, sw.proc)
+	}
+	l.inMu.Unlock()
+}
+
+// Pull fills dst with the next output (silence where too little is ready) and returns how
+// many samples were real audio; it never waits for processing.
+func (l *Live) Pull(dst []float32, now time.Time) int { return l.sess.Pull(dst, now) }
+
+// NoteQueueAge: see Session.NoteQueueAge.
+func (l *Live) NoteQueueAge(now time.Time) { l.sess.NoteQueueAge(now) }
+
+// Stats: see Session.Stats.
+func (l *Live) Stats() Stats { return l.sess.Stats() }
+
+// Info is the installed processor's info (a queued swap shows once applied).
+func (l *Live) Info() ProcessorInfo { return l.sess.Info() }
+
+// AlgorithmicLatency: see Session.AlgorithmicLatency.
+func (l *Live) AlgorithmicLatency() time.Duration { return l.sess.AlgorithmicLatency() }
+
+// Close stops the session's processing: a running step finishes, nothing more is run, and
+// InUse becomes empty.
+func (l *Live) Close() {
+	l.inMu.Lock()
+	already := l.closed
+	l.closed = true
+	l.inMu.Unlock()
+	if already {
+		return
+	}
+	l.work.Lock() // wait for a step that is running
+	l.inMu.Lock()
+	l.inUse, l.swaps, l.inbox = nil, nil, nil
+	l.inMu.Unlock()
+	l.work.Unlock()
+	l.sched.live.Add(-1)
+}
