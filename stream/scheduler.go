@@ -93,9 +93,11 @@ func (s *Scheduler) load() float64 {
 	return w.load
 }
 
-func (s *Scheduler) submit(l *Live) {
+// submit queues l's next step; false when one is already queued or running (it, or the
+// one after it, takes whatever arrived since).
+func (s *Scheduler) submit(l *Live) bool {
 	if !l.queued.CompareAndSwap(false, true) {
-		return // already waiting; its step takes whatever arrived since
+		return false
 	}
 	s.mu.Lock()
 	if !s.closed {
@@ -103,6 +105,7 @@ func (s *Scheduler) submit(l *Live) {
 		s.cond.Signal()
 	}
 	s.mu.Unlock()
+	return true
 }
 
 func (s *Scheduler) work() {
@@ -126,6 +129,10 @@ func (s *Scheduler) work() {
 		// Cleared after the step, so a push during it re-queues the session here rather
 		// than have a second worker wait on it.
 		l.queued.Store(false)
+		select { // wake a clock waiting in Settle
+		case l.settled <- struct{}{}:
+		default:
+		}
 		if l.due() {
 			s.submit(l)
 		}
@@ -140,12 +147,13 @@ type Live struct {
 	sched *Scheduler
 	log   *slog.Logger
 
-	queued atomic.Bool
-	work   sync.Mutex // held while a step runs: one step of a session at a time
+	queued  atomic.Bool   // a step is queued or running
+	work    sync.Mutex    // held while a step runs: one step of a session at a time
+	settled chan struct{} // signalled after each step
+	timer   *time.Timer   // Settle's, reused: the clock does not allocate per frame
 
 	inMu   sync.Mutex // guards the fields below
 	inbox  []float32  // input noted but not yet processed
-	chunk  int        // input samples (IORate) that make a chunk of the current processor
 	limit  int        // inbox bound: older input is dropped beyond it
 	swaps  []swapReq
 	inUse  []Processor // what the worker may still run (current, fading, queued swaps)
@@ -171,32 +179,29 @@ func (s *Scheduler) NewLive(cfg Config, name string, proc Processor, log *slog.L
 	if log == nil {
 		log = slog.Default()
 	}
-	l := &Live{sess: sess, sched: s, log: log, limit: int(maxInbox.Seconds() * float64(sess.cfg.IORate))}
-	l.chunk = l.chunkIO(sess.info)
+	l := &Live{sess: sess, sched: s, log: log, limit: int(maxInbox.Seconds() * float64(sess.cfg.IORate)),
+		settled: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
+	l.timer.Stop()
 	l.inUse = []Processor{proc}
 	s.live.Add(1)
 	return l, nil
 }
 
-func (l *Live) chunkIO(i ProcessorInfo) int {
-	return max(1, i.ChunkSize*l.sess.cfg.IORate/i.SampleRate)
-}
-
-// Push queues input that arrived at time at; a worker processes it once a chunk is due.
-// It never waits for processing.
-func (l *Live) Push(in []float32, at time.Time) {
+// Push queues input that arrived at time at for a worker (which resamples it and runs the
+// chunks it completes) and reports whether it started a step — see Settle. It never waits
+// for processing.
+func (l *Live) Push(in []float32, at time.Time) bool {
 	l.sess.note(len(in), at)
 	l.inMu.Lock()
 	if l.closed {
 		l.inMu.Unlock()
-		return
+		return false
 	}
 	l.inbox = append(l.inbox, in...)
 	drop := len(l.inbox) - l.limit
 	if drop > 0 {
 		l.inbox = l.inbox[:copy(l.inbox, l.inbox[drop:])]
 	}
-	due := len(l.inbox) >= l.chunk
 	l.inMu.Unlock()
 	if drop > 0 {
 		l.sess.skipInput(drop)
@@ -205,16 +210,36 @@ func (l *Live) Push(in []float32, at time.Time) {
 		l.sess.stats.Dropped += l.sess.samplesToDuration(drop)
 		l.sess.mu.Unlock()
 	}
-	if due {
-		l.sched.submit(l)
+	return l.sched.submit(l)
+}
+
+// Settle waits at most budget for the queued step to finish, and returns at once when none
+// is queued. A clock calls it between Push and Pull when Push started a step: a cheap
+// voice's output is then ready in the same tick (no frame of added latency), while a model
+// step just misses this tick — the wait is bounded whatever the model does. Only one
+// goroutine (the clock) may call it.
+func (l *Live) Settle(budget time.Duration) {
+	select { // a signal from an earlier step
+	case <-l.settled:
+	default:
+	}
+	if !l.queued.Load() {
+		return
+	}
+	l.timer.Reset(budget)
+	select {
+	case <-l.settled:
+		l.timer.Stop() // Go ≥ 1.23 timers: no stale tick is delivered after Stop
+	case <-l.timer.C:
 	}
 }
 
-// due reports whether a chunk or a swap waits.
+// due reports whether input or a swap waits. (Input is processed as it comes, not a chunk
+// at a time: the resampler's look-ahead would otherwise hold every chunk back a whole chunk.)
 func (l *Live) due() bool {
 	l.inMu.Lock()
 	defer l.inMu.Unlock()
-	return !l.closed && (len(l.inbox) >= l.chunk || len(l.swaps) > 0)
+	return !l.closed && (len(l.inbox) > 0 || len(l.swaps) > 0)
 }
 
 // Swap queues a voice change (see Session.Swap); the worker applies it before the next
@@ -269,7 +294,6 @@ func (l *Live) step() {
 	}
 	l.inMu.Lock()
 	l.spare = in[:0]
-	l.chunk = l.chunkIO(l.sess.info)
 	l.inUse = l.inUse[:0]
 	l.inUse = append(l.inUse, l.sess.proc)
 	if f := l.sess.fade; f != nil {
