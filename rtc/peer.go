@@ -31,16 +31,16 @@ type peer struct {
 
 	writeMu sync.Mutex // serialises socket writes (signaling goroutine, Pion callbacks, media loop)
 
-	// mu guards the processing state shared by the signaling goroutine (voice changes) and
-	// the media loop.
+	// mu guards the voice state the signaling goroutine changes and stats read; it is never
+	// held across model work, and the media loop does not take it.
 	mu          sync.Mutex
-	sess        *stream.Session
+	sess        *stream.Live // processing runs on the server's scheduler, off the media clock
 	voiceName   string
 	voice       stream.Processor // the selected voice, kept while passthrough stands in for it
 	passthrough bool
-	ref         string             // the session's reference clip (voices that take one)
-	owned       []stream.Processor // processors made for this session and not yet closed
-	tts         *ttsSession        // text-to-speech mode: the media loop plays its audio
+	ref         string                     // the session's reference clip (voices that take one)
+	owned       []stream.Processor         // processors made for this session and not yet closed
+	tts         atomic.Pointer[ttsSession] // text-to-speech mode: the media loop plays its audio
 
 	events     atomic.Pointer[webrtc.DataChannel] // a data channel the client opened, for events
 	answerSDP  string                             // the answer sent (WHIP returns it over HTTP)
@@ -68,7 +68,7 @@ func newPeer(s *Server, id string, conn *websocket.Conn, log *slog.Logger) *peer
 func (p *peer) start() error {
 	proc, _, err := p.newVoice(p.srv.cfg.DefaultVoice, "", false)
 	if err == nil {
-		p.sess, err = stream.NewSession(stream.Config{IORate: opusRate, MaxQueue: p.srv.cfg.MaxQueue}, p.srv.cfg.DefaultVoice, proc)
+		p.sess, err = p.srv.sched.NewLive(stream.Config{IORate: opusRate, MaxQueue: p.srv.cfg.MaxQueue}, p.srv.cfg.DefaultVoice, proc, p.log)
 	}
 	if err != nil {
 		return fmt.Errorf("default voice: %w", err)
@@ -172,16 +172,17 @@ func (p *peer) handle(ctx context.Context, m Message) bool {
 			p.sendReady()
 		}
 	case "speak":
-		if p.tts == nil {
+		t := p.tts.Load()
+		if t == nil {
 			p.sendError(CodeBadMessage, `speak needs a text-to-speech session: send {"type":"session","mode":"tts"} first`, false)
 			return false
 		}
-		if code, err := p.tts.speak(ctx, m); err != nil {
+		if code, err := t.speak(ctx, m); err != nil {
 			p.sendError(code, err.Error(), false)
 		}
 	case "cancel":
-		if p.tts != nil {
-			p.tts.cancelAll()
+		if t := p.tts.Load(); t != nil {
+			t.cancelAll()
 		}
 	case "ping":
 		p.send(Message{Type: "pong"})
@@ -196,7 +197,7 @@ func (p *peer) configure(m Message) (string, error) {
 	if m.Mode != "" && m.Mode != "vc" {
 		return CodeBadMessage, fmt.Errorf("mode %q: use \"vc\" or \"tts\"", m.Mode)
 	}
-	if p.tts != nil {
+	if p.tts.Load() != nil {
 		return CodeBadMessage, fmt.Errorf("this session is in text-to-speech mode; open another socket for voice conversion")
 	}
 	// Only this goroutine changes voice, voiceName and ref, so they are read without the
@@ -217,9 +218,12 @@ func (p *peer) configure(m Message) (string, error) {
 		}
 		voice, fresh = v, v
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	code, err := p.apply(m, voice, name)
+	code, err := p.tune(m, voice, name, fresh == nil)
+	if err == nil {
+		p.mu.Lock()
+		code, err = p.apply(m, voice, name)
+		p.mu.Unlock()
+	}
 	if err != nil {
 		if fresh != nil { // never installed: only this session held it
 			p.owned = slices.DeleteFunc(p.owned, func(q stream.Processor) bool { return q == fresh })
@@ -233,17 +237,32 @@ func (p *peer) configure(m Message) (string, error) {
 	return "", nil
 }
 
-// apply sets params and passthrough and swaps voice in; p.mu is held.
-func (p *peer) apply(m Message, voice stream.Processor, name string) (string, error) {
-	if len(m.Params) > 0 {
-		t, ok := voice.(stream.Tunable)
-		if !ok {
-			return CodeBadParams, fmt.Errorf("voice %q takes no parameters", name)
-		}
-		if err := t.SetParams(m.Params); err != nil {
-			return CodeBadParams, err
-		}
+// tune sets a session message's params on voice. A voice the scheduler may be running
+// (installed) is tuned between its steps; a fresh one is not in use yet.
+func (p *peer) tune(m Message, voice stream.Processor, name string, installed bool) (string, error) {
+	if len(m.Params) == 0 {
+		return "", nil
 	}
+	t, ok := voice.(stream.Tunable)
+	if !ok {
+		return CodeBadParams, fmt.Errorf("voice %q takes no parameters", name)
+	}
+	set := func() error { return t.SetParams(m.Params) }
+	var err error
+	if installed {
+		err = p.sess.Tune(set)
+	} else {
+		err = set()
+	}
+	if err != nil {
+		return CodeBadParams, err
+	}
+	return "", nil
+}
+
+// apply sets passthrough and queues the swap of voice in; p.mu is held. The swap happens on
+// the scheduler before the session's next chunk, so this returns at once.
+func (p *peer) apply(m Message, voice stream.Processor, name string) (string, error) {
 	passthrough := p.passthrough
 	if m.Passthrough != nil {
 		passthrough = *m.Passthrough
@@ -256,14 +275,13 @@ func (p *peer) apply(m Message, voice stream.Processor, name string) (string, er
 		i := voice.Info()
 		next, nextName = stream.NewDelay(i.SampleRate, i.ChunkSize, i.Latency), "passthrough"
 	}
-	old := p.sess.Processor()
-	if err := p.sess.Swap(nextName, next); err != nil {
-		return CodeInternal, err
-	}
+	p.sess.Swap(nextName, next)
 	p.voice, p.voiceName, p.passthrough = voice, name, passthrough
-	// The session may still run the processor it replaced (a crossfade), and the selected
-	// voice is kept while passthrough stands in; everything older is done with.
-	p.release(next, old, voice)
+	// The scheduler may still run what the session reports in use (the processor being
+	// replaced, a crossfade), and the selected voice is kept while passthrough stands in;
+	// everything older is done with. (What retires later is closed at the next change or
+	// at the end of the session.)
+	p.release(append(p.sess.InUse(), next, voice)...)
 	return "", nil
 }
 
@@ -304,7 +322,7 @@ func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, 
 }
 
 // release closes the processors this session made, except those in keep, that have a Close
-// method (a model stream holds engine memory until it is closed).
+// method (a model stream holds engine memory until it is closed); p.mu is held.
 func (p *peer) release(keep ...stream.Processor) {
 	kept := p.owned[:0]
 	for _, proc := range p.owned {
@@ -414,12 +432,12 @@ func (p *peer) readRTP(tr *webrtc.TrackRemote) {
 
 func (p *peer) sendReady() {
 	p.mu.Lock()
-	info, voice := p.sess.Info(), p.voiceName
-	alg := p.sess.AlgorithmicLatency() + p.srv.cfg.Jitter.Target
+	info, voice := p.voice.Info(), p.voiceName // the selected voice: its swap may still be queued
+	p.mu.Unlock()
+	alg := stream.AlgorithmicLatency(opusRate, info) + p.srv.cfg.Jitter.Target
 	if p.srv.cfg.Jitter.Target == 0 {
 		alg += 40 * time.Millisecond
 	}
-	p.mu.Unlock()
 	p.send(Message{Type: "ready", SessionID: p.id, Voice: voice, SampleRate: info.SampleRate,
 		AlgorithmicLatency: float64(alg.Microseconds()) / 1000})
 }
@@ -440,12 +458,13 @@ func (p *peer) send(v any) {
 	_ = p.conn.WriteJSON(v)
 }
 
+// closeSocket sends a close frame. It does not take writeMu: gorilla lets WriteControl run
+// alongside another writer, and a send stuck on a client that does not read must not hold
+// the close (bounded by its own one-second deadline) up.
 func (p *peer) closeSocket(code int, reason string) {
 	if p.conn == nil {
 		return
 	}
-	p.writeMu.Lock()
-	defer p.writeMu.Unlock()
 	_ = p.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 }
 
@@ -480,10 +499,19 @@ func (p *peer) shutdown() {
 		}
 	}
 	p.wg.Wait()
+	if p.sess != nil {
+		p.sess.Close() // waits for a step that runs; then no processor is in use
+	}
 	p.mu.Lock()
-	p.release() // the media loop has stopped: no processor is in use
+	p.release()
 	p.mu.Unlock()
-	p.closeSocket(websocket.CloseNormalClosure, "session ended")
+	if p.srv.ctx.Err() != nil {
+		// The server is shutting down: 1001 tells the client to come back later, where 1000
+		// would say the session is over.
+		p.closeSocket(websocket.CloseGoingAway, "server shutting down")
+	} else {
+		p.closeSocket(websocket.CloseNormalClosure, "session ended")
+	}
 	if p.conn != nil {
 		p.conn.Close()
 	}
@@ -658,23 +686,23 @@ func (p *peer) popDecode(f *mediaFrame, acc *statsAccumulator, now time.Time) (n
 	return n, arrival
 }
 
-// process runs one frame through the session (or takes text-to-speech audio) under p.mu,
-// released by defer: a panicking voice must leave the lock free for the shutdown.
+// settleBudget is how long the clock waits for a due chunk: the DSP voice (well under a
+// millisecond) is then played in the same tick; a model step is not waited for.
+const settleBudget = 4 * time.Millisecond
+
+// process hands one frame to the session and takes the output that is ready (or takes
+// text-to-speech audio). Neither waits for a model: the scheduler's workers process.
 func (p *peer) process(f *mediaFrame, acc *statsAccumulator, n int, arrival, now time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !acc.haveBase {
 		st := p.sess.Stats()
 		acc.resample0, acc.process0, acc.haveBase = st.Resample, st.Process, true
 	}
-	if p.tts != nil {
-		p.tts.pull(f.out) // text to speech: the input is not used
+	if t := p.tts.Load(); t != nil {
+		t.pull(f.out) // text to speech: the input is not used
 		return
 	}
-	if n > 0 {
-		if err := p.sess.Push(f.in[:n], arrival); err != nil {
-			p.log.Warn("processing failed", "err", err)
-		}
+	if n > 0 && p.sess.Push(f.in[:n], arrival) {
+		p.sess.Settle(settleBudget)
 	}
 	p.sess.NoteQueueAge(now)
 	if got := p.sess.Pull(f.out, now); got > 0 {

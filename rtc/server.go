@@ -53,6 +53,9 @@ type Config struct {
 	// WebSocket so that both count against the same slots).
 	Synthesizers *stream.Synthesizers
 	TTSAdmission func(model string) *stream.Admission
+	// Scheduler runs the live sessions' processing (default: one the server makes, with a
+	// worker per CPU, closed with the server).
+	Scheduler *stream.Scheduler
 	// Sessions, if set, bounds the WHIP sessions and WHEP viewers each principal holds (the
 	// signaling socket is counted by its HTTP middleware, as the request lasts the session).
 	Sessions *auth.SessionLimit
@@ -68,6 +71,8 @@ type Server struct {
 	api      *webrtc.API
 	upgrader websocket.Upgrader
 	udpMux   interface{ Close() error }
+	sched    *stream.Scheduler
+	ownSched bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -107,7 +112,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if len(cfg.PublicIPs) > 0 {
 		se.SetNAT1To1IPs(cfg.PublicIPs, webrtc.ICECandidateTypeHost)
 	}
-	s := &Server{cfg: cfg, peers: map[string]*peer{}, viewers: map[string]viewer{}}
+	s := &Server{cfg: cfg, peers: map[string]*peer{}, viewers: map[string]viewer{}, sched: cfg.Scheduler}
 	if cfg.UDPPort > 0 {
 		conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: cfg.UDPPort})
 		if err != nil {
@@ -120,6 +125,10 @@ func NewServer(cfg Config) (*Server, error) {
 	s.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(ir), webrtc.WithSettingEngine(se))
 	s.upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if s.sched == nil {
+		s.sched = stream.NewScheduler(0)
+		s.ownSched = true
+	}
 	return s, nil
 }
 
@@ -172,6 +181,9 @@ func (s *Server) Active() int { return int(s.active.Load()) }
 func (s *Server) Close() error {
 	s.cancel()
 	s.wg.Wait()
+	if s.ownSched {
+		s.sched.Close()
+	}
 	if s.udpMux != nil {
 		return s.udpMux.Close()
 	}

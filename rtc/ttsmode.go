@@ -66,7 +66,7 @@ func (p *peer) startTTS(ctx context.Context, m Message) (string, error) {
 	if err != nil {
 		return CodeUnknownVoice, err
 	}
-	if t := p.tts; t != nil {
+	if t := p.tts.Load(); t != nil {
 		if m.Voice != "" {
 			t.mu.Lock()
 			t.voice = m.Voice
@@ -76,9 +76,7 @@ func (p *peer) startTTS(ctx context.Context, m Message) (string, error) {
 	}
 	t := &ttsSession{p: p, syn: syn, voice: m.Voice, jobs: make(chan ttsJob, maxQueuedTexts),
 		space: make(chan struct{}, 1), fifo: buffers.NewFIFO(ttsAhead + opusRate)}
-	p.mu.Lock()
-	p.tts = t
-	p.mu.Unlock()
+	p.tts.Store(t)
 	p.spawn(func() { t.work(ctx) })
 	return "", nil
 }

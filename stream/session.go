@@ -164,6 +164,20 @@ func (s *Session) Voice() string {
 	return s.name
 }
 
+// AlgorithmicLatency is the delay a session at ioRate adds by design with a processor of
+// this info: processor latency, chunking and resampler look-ahead.
+func AlgorithmicLatency(ioRate int, info ProcessorInfo) time.Duration {
+	sec := float64(info.Latency+info.ChunkSize) / float64(info.SampleRate)
+	if info.SampleRate != ioRate {
+		up, err1 := dsp.NewResampler(ioRate, info.SampleRate)
+		down, err2 := dsp.NewResampler(info.SampleRate, ioRate)
+		if err1 == nil && err2 == nil {
+			sec += float64(up.LookaheadInput())/float64(ioRate) + float64(down.LookaheadInput())/float64(info.SampleRate)
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
 // AlgorithmicLatency is the delay the processing path adds by design: processor latency,
 // chunking and resampler look-ahead.
 func (s *Session) AlgorithmicLatency() time.Duration {
