@@ -42,9 +42,8 @@ func tinyTTS(t *testing.T) *stream.Synthesizers {
 	}
 	t.Cleanup(tts.Close)
 	tts.DefaultVoice = "ref"
-	tts.Voices = adapt.Voices(nil, map[string]string{"ref": filepath.Join("..", "testdata", "speech_en_48k.wav")})
 	synths := &stream.Synthesizers{}
-	synths.Register(adapt.MioTTS(tts))
+	synths.Register(adapt.MioTTS(tts, adapt.Voices(nil, map[string]string{"ref": filepath.Join("..", "testdata", "speech_en_48k.wav")})))
 	return synths
 }
 

@@ -34,4 +34,3 @@ func debugHandler(addr string, keys *auth.Keys) (http.Handler, error) {
 		mux.ServeHTTP(w, r)
 	}), nil), nil
 }
-

@@ -120,7 +120,8 @@ func TestBridgeMeanVC2OnTheNullBackend(t *testing.T) {
 }
 
 // upload posts a clip to the voice library and returns its id.
-func upload(t *testing.T, base, name, path string) string {
+// upload adds a clip to the voice library (with an API key, if one is given) and returns its id.
+func upload(t *testing.T, base, name, path string, key ...string) string {
 	t.Helper()
 	clip, err := os.ReadFile(path)
 	if err != nil {
@@ -132,7 +133,12 @@ func upload(t *testing.T, base, name, path string) string {
 	fw, _ := mw.CreateFormFile("file", filepath.Base(path))
 	fw.Write(clip)
 	mw.Close()
-	resp, err := http.Post(base+"/v1/voices", mw.FormDataContentType(), &body)
+	req, _ := http.NewRequest("POST", base+"/v1/voices", &body)
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	if len(key) > 0 {
+		req.Header.Set("Authorization", "Bearer "+key[0])
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	_ "net/http/pprof" // served only with --debug-listen
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -47,6 +46,9 @@ type serveOptions struct {
 	apiKeys, adminKeys                               []string
 	obsURL, obsInput                                 string
 	sessionsPerKey                                   int
+	// Connection limits and timeouts (serve_http.go); zero takes the default.
+	shutdownGrace, idleTimeout, bodyTimeout, writeTimeout time.Duration
+	connsPerIP                                            int
 }
 
 func runServe(args []string, stdout, stderr io.Writer) error {
@@ -59,7 +61,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.publicIP, "public-ip", "", "comma-separated IPs to advertise in ICE candidates (server behind 1:1 NAT)")
 	fs.BoolVar(&o.loopback, "loopback", true, "offer loopback ICE candidates (clients on the same host)")
 	fs.StringVar(&o.level, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.debug, "debug-listen", "", "serve Go's pprof profiles on this address (e.g. localhost:6060)")
+	fs.StringVar(&o.debug, "debug-listen", "", "serve Go's pprof profiles on this address (e.g. localhost:6060); beyond loopback only with --admin-key, and every request needs it")
 	fs.StringVar(&o.voicesDir, "voices", defaultDataDir()+"/voices", "voice library directory (uploaded reference clips)")
 	fs.StringVar(&o.ttsModel, "tts-model", "", "MioTTS language model (GGUF) for text to speech")
 	fs.StringVar(&o.codec, "codec", "", "MioCodec model (GGUF), with --tts-model")
@@ -74,6 +76,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
 	adminKeys := fs.String("admin-key", "", "comma-separated admin keys: like --api-key, but they see and may end every key's sessions and voices and have no session limit; also $VOXPIPE_ADMIN_KEYS")
 	fs.IntVar(&o.sessionsPerKey, "sessions-per-key", 20, "open sessions (signaling and TTS sockets, streamed speech, WHIP sessions, WHEP viewers) one API key may hold at once; 0: no limit")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGINT/SIGTERM streams end at once (sockets get close code 1001, streamed speech is cut); other requests get this long to finish, then every connection is closed")
+	fs.IntVar(&o.connsPerIP, "conns-per-ip", defaultConnsPerIP, "open connections one client IP may hold; more are closed as they arrive (0: no limit; raise it behind a proxy, whose clients share its IP)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", defaultIdleTimeout, "close a keep-alive connection idle this long")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", defaultBodyTimeout, "time a client has to send a request body (voice uploads included); a slower one is cut")
+	fs.DurationVar(&o.writeTimeout, "write-timeout", 10*time.Second, "a TTS client (speech stream or socket) that reads nothing for this long loses its stream and synthesis slot")
 	config := fs.String("config", "", "a YAML or JSON file of settings named like these flags; flags on the command line override it")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -108,33 +115,30 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer a.close()
+	serving := false
+	defer func() {
+		if !serving {
+			a.close() // serve closes it (within its grace period) once it runs
+		}
+	}()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	if o.debug != "" {
-		go func() { log.Warn("debug server ended", "err", http.ListenAndServe(o.debug, http.DefaultServeMux)) }()
+		dh, err := debugHandler(o.debug, keys)
+		if err != nil {
+			return err
+		}
+		dbg := &http.Server{Addr: o.debug, Handler: dh, ReadHeaderTimeout: 10 * time.Second}
+		defer dbg.Close()
+		go func() { log.Warn("debug server ended", "err", dbg.ListenAndServe()) }()
 	}
-	hs := &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
 	fmt.Fprintf(stdout, "voxpipe serving on http://%s (voice %q) — open it in a browser; Ctrl-C stops\n", ln.Addr(), o.voice)
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	a.close() // ends live sessions and TTS streams (hijacked sockets are not closed by Shutdown)
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	serving = true
+	return serve(ctx, o, ln, a, log)
 }
 
 // app is the server's parts behind one handler.
@@ -229,10 +233,10 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 				files[o.ttsVoice] = o.ttsVoice
 			}
 		}
-		mt.Voices = adapt.Voices(lib, files)
-		synths.Register(adapt.MioTTS(mt))
+		// The adapter resolves voices per request owner; the default with the server's rights.
+		synths.Register(adapt.MioTTS(mt, adapt.Voices(lib, files)))
 	}
-	ttsSrv := tts.NewServer(tts.Config{Synthesizers: synths, DefaultSlots: o.ttsSlots, MaxWait: o.ttsWait, Logger: log,
+	ttsSrv := tts.NewServer(tts.Config{Synthesizers: synths, DefaultSlots: o.ttsSlots, MaxWait: o.ttsWait, Logger: log, WriteTimeout: o.writeTimeout,
 		OnSession: met.Session, OnDone: met.TTSDone, OnReject: met.Rejected})
 	for _, name := range synths.Names() {
 		met.Admission(name, ttsSrv.Admission(name))
@@ -267,7 +271,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	})
 	mux.HandleFunc("GET /v1/voices", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"voices": lib.List(), "processors": voices.Names(), "default": o.voice,
+		json.NewEncoder(w).Encode(map[string]any{"voices": lib.List(auth.PrincipalOf(r.Context())), "processors": voices.Names(), "default": o.voice,
 			"tts_models": synths.Names()})
 	})
 	lib.Register(mux)
@@ -321,10 +325,17 @@ func (v *vcVoices) processor(owner, ref string) (stream.Processor, error) {
 			clip, rate = a.Mono(), a.SampleRate
 		}
 	default:
+		// A client's ref must be one of owner's voices; the operator's default is used with
+		// admin rights, also when a client names it and has no voice of that name.
+		principal := owner
 		if ref == "" {
-			ref = v.defaultRef
+			ref, principal = v.defaultRef, auth.Admin
 		}
-		if clip, rate, err = v.lib.Clip(ref); errors.Is(err, voicelib.ErrNotFound) {
+		clip, rate, err = v.lib.Clip(principal, ref)
+		if errors.Is(err, voicelib.ErrNotFound) && principal != auth.Admin && ref == v.defaultRef {
+			clip, rate, err = v.lib.Clip(auth.Admin, ref)
+		}
+		if errors.Is(err, voicelib.ErrNotFound) {
 			return nil, marked{fmt.Errorf("ref %q: %w (upload it with POST /v1/voices)", ref, err), stream.ErrUnknownVoice}
 		}
 	}

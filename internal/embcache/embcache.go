@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 // Cache maps keys to embeddings. The zero value is a memory-only cache.
 type Cache struct {
 	Dir string // "" keeps embeddings in memory only
+	// Log gets failures to write Dir, which do not fail Get. nil: slog.Default().
+	Log *slog.Logger
 
 	mu       sync.Mutex
 	mem      map[string][]float32
@@ -61,7 +64,8 @@ func Key(model string, samples []float32, rate int) string {
 }
 
 // Get returns the embedding stored under key, or computes, stores and returns it.
-// Concurrent calls for the same key compute it once.
+// Concurrent calls for the same key compute it once. A failure to store the file is logged,
+// not returned: the embedding is still kept in memory.
 func (c *Cache) Get(key string, compute func() ([]float32, error)) ([]float32, error) {
 	c.mu.Lock()
 	if e, ok := c.mem[key]; ok {
@@ -83,7 +87,11 @@ func (c *Cache) Get(key string, compute func() ([]float32, error)) ([]float32, e
 	cl.emb, cl.err = c.load(key)
 	if cl.emb == nil && cl.err == nil {
 		if cl.emb, cl.err = compute(); cl.err == nil {
-			cl.err = c.store(key, cl.emb)
+			// The file only saves a recompute after a restart: a disk that is full or
+			// read-only must not fail the synthesis that needed the embedding.
+			if err := c.store(key, cl.emb); err != nil {
+				c.log().Warn("embedding cache: not saved; it will be recomputed after a restart", "key", key, "err", err)
+			}
 		}
 	}
 	c.mu.Lock()
@@ -97,6 +105,13 @@ func (c *Cache) Get(key string, compute func() ([]float32, error)) ([]float32, e
 	c.mu.Unlock()
 	close(cl.done)
 	return cl.emb, cl.err
+}
+
+func (c *Cache) log() *slog.Logger {
+	if c.Log != nil {
+		return c.Log
+	}
+	return slog.Default()
 }
 
 func (c *Cache) path(key string) string { return filepath.Join(c.Dir, key+".emb") }

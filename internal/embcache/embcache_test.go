@@ -1,10 +1,13 @@
 package embcache
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,5 +63,37 @@ func TestComputeOnceAndSurviveRestart(t *testing.T) {
 	}
 	if e, err := c3.Get("bad", compute); err != nil || len(e) != 3 {
 		t.Errorf("after an error: %v, %v", e, err)
+	}
+}
+
+// A cache directory that cannot be written (here it was replaced by a regular file, which
+// stops root too) costs the file, not the embedding: Get returns it, logs the failure, and
+// keeps it in memory so it is computed once.
+func TestWriteFailureDoesNotFailGet(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "emb")
+	c, err := New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	c.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	var calls atomic.Int32
+	compute := func() ([]float32, error) { calls.Add(1); return []float32{4, 5}, nil }
+	for range 2 {
+		if e, err := c.Get("k", compute); err != nil || !slices.Equal(e, []float32{4, 5}) {
+			t.Fatalf("got %v, %v", e, err)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Errorf("computed %d times, want once", calls.Load())
+	}
+	if !strings.Contains(logs.String(), "not saved") {
+		t.Errorf("the failure was not logged: %q", logs.String())
 	}
 }

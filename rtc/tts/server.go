@@ -30,6 +30,10 @@ type Config struct {
 	MaxText      int           // code points per context (all its speak pieces); default 10000
 	MaxMessage   int64         // bytes per WebSocket message; default 64 KiB
 	MaxContexts  int           // open contexts per socket; default 16
+	// WriteTimeout bounds each write to a client (a speech chunk, a socket message): a
+	// client that reads nothing for this long loses its stream and its synthesis slot.
+	// Default 10 s.
+	WriteTimeout time.Duration
 	CheckOrigin  func(r *http.Request) bool
 	Logger       *slog.Logger
 	// Hooks for metrics, all optional: a stream (socket or HTTP request) opening or closing,
@@ -72,6 +76,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.MaxContexts <= 0 {
 		cfg.MaxContexts = 16
 	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -84,7 +91,10 @@ func NewServer(cfg Config) *Server {
 	return s
 }
 
-// Close cancels every stream and waits for them.
+// Close cancels every stream and waits for them: sockets get a close frame with code 1001
+// (going away, its write bounded by a second) and are closed; speech responses still
+// streaming are cut at once, even mid-write to a client that does not read (the client sees
+// a truncated body, not a clean end); requests waiting for a slot get 503.
 func (s *Server) Close() {
 	s.cancel()
 	s.wg.Wait()

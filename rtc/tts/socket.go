@@ -14,7 +14,9 @@ import (
 	"github.com/voxpipe/voxpipe/stream"
 )
 
-const writeTimeout = 10 * time.Second
+// closeTimeout bounds the close frame written on shutdown: a client that does not read
+// gets its connection closed without one.
+const closeTimeout = time.Second
 
 // socket is one TTS WebSocket: a read loop that dispatches messages, one writer goroutine
 // that owns the connection's write side, and a worker goroutine per open context.
@@ -79,8 +81,19 @@ func (k *socket) run() {
 		k.writer()
 	}()
 	k.conn.SetReadLimit(k.s.cfg.MaxMessage)
+	closed := make(chan struct{})
 	go func() { // the read loop blocks in the socket; closing it is how shutdown reaches it
+		defer close(closed)
 		<-k.ctx.Done()
+		if k.s.ctx.Err() != nil {
+			// The server is shutting down: tell the client so (1001), rather than leaving it an
+			// abnormal closure (1006). WriteControl may run alongside the writer goroutine, and
+			// its deadline bounds it when the writer is stuck on a client that does not read.
+			msg := websocket.FormatCloseMessage(websocket.CloseGoingAway, "server shutting down")
+			if err := k.conn.WriteControl(websocket.CloseMessage, msg, time.Now().Add(closeTimeout)); err != nil {
+				k.log.Debug("tts socket close frame", "err", err)
+			}
+		}
 		k.conn.Close()
 	}()
 	for {
@@ -102,6 +115,7 @@ func (k *socket) run() {
 	k.wg.Wait()
 	close(k.out)
 	<-writerDone
+	<-closed // the connection is closed when the server's wait for this socket ends
 }
 
 func (k *socket) allow() bool {
@@ -123,7 +137,7 @@ func (k *socket) writer() {
 		if k.ctx.Err() != nil {
 			continue // draining after the socket ended
 		}
-		k.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+		k.conn.SetWriteDeadline(time.Now().Add(k.s.cfg.WriteTimeout))
 		if err := k.conn.WriteJSON(o.m); err != nil {
 			k.log.Info("tts socket write failed", "err", err)
 			k.cancel()

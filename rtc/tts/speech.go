@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/voxpipe/voxpipe/rtc/audioout"
@@ -120,6 +121,26 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		sr.Seed, sr.Temperature, sr.MaxTokens = o.Seed, o.Temperature, o.MaxTokens
 	}
 	rc := http.NewResponseController(w)
+	// A write blocked on a client that does not read only ends at its deadline: when the
+	// stream ends (shutdown, client gone) move the deadline to now so the handler, its slot
+	// and the server's wait for it are released at once. The controller may not be used once
+	// the handler has returned, hence the lock and flag.
+	var dlMu sync.Mutex
+	handlerDone := false
+	stopDeadline := context.AfterFunc(ctx, func() {
+		dlMu.Lock()
+		defer dlMu.Unlock()
+		if !handlerDone {
+			rc.SetWriteDeadline(time.Now())
+		}
+	})
+	settle := func() { // no deadline moves after this
+		stopDeadline()
+		dlMu.Lock()
+		handlerDone = true
+		dlMu.Unlock()
+	}
+	defer settle()
 	started := false
 	start := time.Now()
 	send := func(b []byte) error {
@@ -132,10 +153,22 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Voxpipe-TTFA-Ms", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
 			w.WriteHeader(http.StatusOK)
 		}
-		if _, err := w.Write(b); err != nil {
+		// Each chunk gets WriteTimeout: a client that stops reading loses the stream (and its
+		// slot) then, instead of holding both for as long as it likes.
+		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return err
 		}
-		return rc.Flush()
+		if ctx.Err() != nil {
+			return ctx.Err() // the stream ended while the deadline was set: do not undo its move to now
+		}
+		_, err := w.Write(b)
+		if err == nil {
+			err = rc.Flush()
+		}
+		if err != nil {
+			cancel() // stop the synthesis even if the synthesizer does not check send's error
+		}
+		return err
 	}
 	var ttfa time.Duration
 	first := send
@@ -156,12 +189,23 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 			err = send(tail)
 		}
 	}
-	if err == nil || started {
-		if err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("speech stream failed after the first audio", "err", err)
+	if started && (err != nil || ctx.Err() != nil) {
+		if s.ctx.Err() == nil {
+			s.cfg.Logger.Info("speech stream cut after the first audio", "err", err, "remote", r.RemoteAddr)
 		}
-		return // once audio has gone out, the only way to signal an error is to cut the stream
+		// The status line went out with the first audio, so the only way left to say the
+		// audio is incomplete is to cut the stream: net/http closes the connection without
+		// the chunked terminator, and the client reads an unexpected EOF, never a clean end.
+		// The deferred cleanups above (slot, counters, wait group) run while this unwinds.
+		panic(http.ErrAbortHandler)
 	}
+	if err == nil || started {
+		return
+	}
+	// An error response follows: it needs a deadline of its own, not the one a shutdown
+	// moved to now.
+	settle()
+	rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	var busy *stream.BusyError
 	switch {
 	case errors.As(err, &busy):
@@ -171,6 +215,9 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, CodeUnknownVoice, err.Error())
 	case errors.Is(err, stream.ErrNothingToSay):
 		writeAPIError(w, http.StatusBadRequest, CodeBadMessage, err.Error())
+	case s.ctx.Err() != nil:
+		w.Header().Set("Retry-After", "5")
+		writeAPIError(w, http.StatusServiceUnavailable, CodeBusy, "server is shutting down")
 	case ctx.Err() != nil:
 	default:
 		writeAPIError(w, http.StatusInternalServerError, CodeSynthesis, stream.Opaque(s.cfg.Logger, "synthesis", err))

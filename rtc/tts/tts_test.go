@@ -48,14 +48,13 @@ func synths(t *testing.T) *stream.Synthesizers {
 		shared, loadErr = miotts.Load(lm, codec, be, miotts.Options{})
 		if loadErr == nil {
 			shared.DefaultVoice = "ref"
-			shared.Voices = adapt.Voices(nil, map[string]string{"ref": filepath.Join("..", "..", "testdata", "speech_en_48k.wav")})
 		}
 	})
 	if loadErr != nil {
 		t.Fatal(loadErr)
 	}
 	s := &stream.Synthesizers{}
-	s.Register(adapt.MioTTS(shared))
+	s.Register(adapt.MioTTS(shared, adapt.Voices(nil, map[string]string{"ref": filepath.Join("..", "..", "testdata", "speech_en_48k.wav")})))
 	return s
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+
+	"github.com/voxpipe/voxpipe/rtc/auth"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -19,11 +21,12 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 
 // Register adds the library's routes to mux: POST /v1/voices (multipart: name, file),
 // GET /v1/voices/{id}, DELETE /v1/voices/{id}. Listing is left to the caller, which merges
-// the library with the built-in voices (see List).
+// the library with the built-in voices (see List). Each request acts for its principal
+// (auth.PrincipalOf): it owns what it uploads, and sees and deletes only what it can see.
 func (l *Library) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/voices", l.upload)
 	mux.HandleFunc("GET /v1/voices/{id}", func(w http.ResponseWriter, r *http.Request) {
-		v, err := l.Get(r.PathValue("id"))
+		v, err := l.Get(auth.PrincipalOf(r.Context()), r.PathValue("id"))
 		if err != nil {
 			writeError(w, http.StatusNotFound, "not_found", err.Error())
 			return
@@ -31,16 +34,23 @@ func (l *Library) Register(mux *http.ServeMux) {
 		writeJSON(w, http.StatusOK, v)
 	})
 	mux.HandleFunc("DELETE /v1/voices/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := l.Delete(r.PathValue("id")); err != nil {
+		if err := l.Delete(auth.PrincipalOf(r.Context()), r.PathValue("id")); err != nil {
 			if errors.Is(err, ErrNotFound) {
 				writeError(w, http.StatusNotFound, "not_found", err.Error())
 			} else {
-				writeError(w, http.StatusInternalServerError, "internal", err.Error())
+				l.internal(w, "delete", err)
 			}
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// internal answers a server-side failure. The details (OS errors naming the library's
+// paths) go to the log only.
+func (l *Library) internal(w http.ResponseWriter, op string, err error) {
+	l.log().Error("voice library: "+op+" failed", "err", err)
+	writeError(w, http.StatusInternalServerError, "internal", "voice library: "+op+" failed on the server")
 }
 
 func (l *Library) upload(w http.ResponseWriter, r *http.Request) {
@@ -83,13 +93,17 @@ func (l *Library) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "missing the file field (a WAV clip)")
 		return
 	}
-	v, err := l.Add(name, clip)
+	v, err := l.Add(auth.PrincipalOf(r.Context()), name, clip)
 	var ce *ClipError
 	switch {
 	case errors.As(err, &ce):
 		writeError(w, http.StatusBadRequest, "bad_clip", ce.Msg)
+	case errors.Is(err, ErrNameTaken):
+		writeError(w, http.StatusConflict, "name_taken", err.Error())
+	case errors.Is(err, ErrFull):
+		writeError(w, http.StatusConflict, "library_full", err.Error())
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		l.internal(w, "upload", err)
 	default:
 		writeJSON(w, http.StatusCreated, v)
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/rtc/auth"
 )
 
 func speechWAV(t testing.TB) []byte {
@@ -87,19 +88,19 @@ func TestUploadListDeleteSurvivesRestart(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("second upload: %d %v", code, v2)
 	}
-	if got := l.List(); len(got) != 2 || got[0].ID != id {
+	if got := l.List(auth.Admin); len(got) != 2 || got[0].ID != id {
 		t.Fatalf("list %v", got)
 	}
-	clip, rate, err := l.Clip("Alice")
+	clip, rate, err := l.Clip(auth.Admin, "Alice")
 	if err != nil || rate != 48000 || len(clip) == 0 {
 		t.Fatalf("clip by name: %d samples at %d, %v", len(clip), rate, err)
 	}
 	// Restart: a new library on the same directory has both voices and the same audio.
 	l2, warn, err := Open(dir)
-	if err != nil || len(warn) > 0 || len(l2.List()) != 2 {
-		t.Fatalf("reopen: %v %v %v", l2.List(), warn, err)
+	if err != nil || len(warn) > 0 || len(l2.List(auth.Admin)) != 2 {
+		t.Fatalf("reopen: %v %v %v", l2.List(auth.Admin), warn, err)
 	}
-	clip2, _, _ := l2.Clip(id)
+	clip2, _, _ := l2.Clip(auth.Admin, id)
 	if len(clip2) != len(clip) {
 		t.Errorf("clip after restart: %d samples, was %d", len(clip2), len(clip))
 	}
@@ -124,8 +125,8 @@ func TestUploadListDeleteSurvivesRestart(t *testing.T) {
 	// A damaged metadata file is skipped with a warning, not fatal.
 	os.WriteFile(filepath.Join(dir, "v_1111111111111111.json"), []byte("{"), 0o644)
 	l3, warn, err := Open(dir)
-	if err != nil || len(warn) != 1 || len(l3.List()) != 1 {
-		t.Errorf("damaged entry: %v %v %v", l3.List(), warn, err)
+	if err != nil || len(warn) != 1 || len(l3.List(auth.Admin)) != 1 {
+		t.Errorf("damaged entry: %v %v %v", l3.List(auth.Admin), warn, err)
 	}
 }
 
@@ -165,8 +166,8 @@ func TestBadUploads(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Errorf("JSON body: %d", resp.StatusCode)
 	}
-	if len(l.List()) != 0 {
-		t.Errorf("bad uploads stored voices: %v", l.List())
+	if len(l.List(auth.Admin)) != 0 {
+		t.Errorf("bad uploads stored voices: %v", l.List(auth.Admin))
 	}
 }
 
@@ -193,8 +194,8 @@ func FuzzUpload(f *testing.F) {
 		if rec.Code != 201 && rec.Code != 400 && rec.Code != 413 {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
-		for _, v := range l.List() {
-			l.Delete(v.ID)
+		for _, v := range l.List(auth.Admin) {
+			l.Delete(auth.Admin, v.ID)
 		}
 	})
 }
