@@ -66,8 +66,8 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzDecodeMessage -fuzztime $${FUZZTIME:-30s} ./rtc
 	$(GO) test -run '^$$' -fuzz FuzzCheckOffer -fuzztime $${FUZZTIME:-30s} ./rtc
 	$(GO) test -run '^$$' -fuzz FuzzEncode -fuzztime $${FUZZTIME:-30s} ./models/bpe
-	$(GO) test -run '^$$' -fuzz FuzzDecodeClientMessage -fuzztime $${FUZZTIME:-30s} ./rtc/tts
-	$(GO) test -run '^$$' -fuzz FuzzUpload -fuzztime $${FUZZTIME:-30s} ./rtc/voicelib
+	$(GO) test -run '^$$' -fuzz FuzzDecodeClientMessage -fuzztime $${FUZZTIME:-30s} ./tts
+	$(GO) test -run '^$$' -fuzz FuzzUpload -fuzztime $${FUZZTIME:-30s} ./voice/library
 
 clean:
 	rm -rf bin $(BENCH_MODELS)

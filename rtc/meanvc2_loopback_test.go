@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/internal/adapt"
+	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/rtc"
@@ -37,8 +37,8 @@ func TestLoopbackMeanVC2(t *testing.T) {
 	defer m.Close()
 	in := speech(t)
 	clips := map[string][]float32{"": in[:3*48000], "speech": in[48000:], "silence": make([]float32, 3*48000)}
-	newProc := func(_, voice, ref string) (stream.Processor, error) {
-		if voice != "meanvc2" {
+	newProc := func(_, name, ref string) (stream.Processor, error) {
+		if name != "meanvc2" {
 			return nil, nil
 		}
 		clip, ok := clips[ref]
@@ -52,7 +52,7 @@ func TestLoopbackMeanVC2(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return adapt.MeanVC2Processor(m, target)
+		return voice.MeanVC2Processor(m, target)
 	}
 	srv, err := rtc.NewServer(rtc.Config{Loopback: true, DefaultVoice: "meanvc2", NewProcessor: newProc})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/internal/adapt"
+	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
@@ -43,7 +43,7 @@ func tinyTTS(t *testing.T) *stream.Synthesizers {
 	t.Cleanup(tts.Close)
 	tts.DefaultVoice = "ref"
 	synths := &stream.Synthesizers{}
-	synths.Register(adapt.MioTTS(tts, adapt.Voices(nil, map[string]string{"ref": filepath.Join("..", "testdata", "speech_en_48k.wav")})))
+	synths.Register(voice.MioTTS(tts, voice.Voices(nil, map[string]string{"ref": filepath.Join("..", "testdata", "speech_en_48k.wav")})))
 	return synths
 }
 

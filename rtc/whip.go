@@ -11,7 +11,7 @@ import (
 
 	"github.com/pion/webrtc/v4"
 
-	"github.com/voxpipe/voxpipe/rtc/auth"
+	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/stream"
 )
 

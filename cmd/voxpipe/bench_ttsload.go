@@ -13,7 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/voxpipe/voxpipe/internal/golden"
-	"github.com/voxpipe/voxpipe/rtc/tts"
+	"github.com/voxpipe/voxpipe/tts"
 )
 
 // ttsLoadResult are the figures of `voxpipe bench tts-load`.

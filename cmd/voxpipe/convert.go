@@ -11,7 +11,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/internal/adapt"
+	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/internal/embcache"
 	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/stream"
@@ -156,7 +156,7 @@ func meanVC2Processor(m *meanvc2.Model, clip []float32, rate int) (stream.Proces
 	if err != nil {
 		return nil, err
 	}
-	return adapt.MeanVC2Processor(m, target)
+	return voice.MeanVC2Processor(m, target)
 }
 
 // closeProcessor frees a processor that holds model memory.

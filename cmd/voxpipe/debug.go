@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 
-	"github.com/voxpipe/voxpipe/rtc/auth"
+	"github.com/voxpipe/voxpipe/server/auth"
 )
 
 // debugHandler serves Go's profiles for --debug-listen. Profiles show everything in the

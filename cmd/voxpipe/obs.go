@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/rtc"
-	"github.com/voxpipe/voxpipe/rtc/obsws"
+	"github.com/voxpipe/voxpipe/obsws"
 )
 
 // obsSync keeps an OBS input's audio sync offset at the live voice's measured latency

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/rtc"
-	"github.com/voxpipe/voxpipe/rtc/obsws/obstest"
+	"github.com/voxpipe/voxpipe/obsws/obstest"
 )
 
 // TestOBSSync: session stats set the OBS input's sync offset to the measured latency, and

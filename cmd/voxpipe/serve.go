@@ -21,14 +21,14 @@ import (
 	"github.com/voxpipe/voxpipe/buffers"
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/internal/adapt"
+	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
-	"github.com/voxpipe/voxpipe/rtc/auth"
-	"github.com/voxpipe/voxpipe/rtc/metrics"
-	"github.com/voxpipe/voxpipe/rtc/tts"
-	"github.com/voxpipe/voxpipe/rtc/voicelib"
+	"github.com/voxpipe/voxpipe/server/auth"
+	"github.com/voxpipe/voxpipe/server/metrics"
+	"github.com/voxpipe/voxpipe/tts"
+	"github.com/voxpipe/voxpipe/voice/library"
 	"github.com/voxpipe/voxpipe/stream"
 	"github.com/voxpipe/voxpipe/web"
 )
@@ -165,7 +165,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		}
 	}()
 	voices := stream.NewRegistry()
-	lib, warn, err := voicelib.Open(o.voicesDir)
+	lib, warn, err := library.Open(o.voicesDir)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +234,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 			}
 		}
 		// The adapter resolves voices per request owner; the default with the server's rights.
-		synths.Register(adapt.MioTTS(mt, adapt.Voices(lib, files)))
+		synths.Register(voice.MioTTS(mt, voice.Voices(lib, files)))
 	}
 	ttsSrv := tts.NewServer(tts.Config{Synthesizers: synths, DefaultSlots: o.ttsSlots, MaxWait: o.ttsWait, Logger: log, WriteTimeout: o.writeTimeout,
 		OnSession: met.Session, OnDone: met.TTSDone, OnReject: met.Rejected})
@@ -302,7 +302,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 // cached by clip content (Model.Embeddings), so a voice is embedded once.
 type vcVoices struct {
 	model      *meanvc2.Model
-	lib        *voicelib.Library
+	lib        *library.Library
 	defaultRef string
 }
 
@@ -332,10 +332,10 @@ func (v *vcVoices) processor(owner, ref string) (stream.Processor, error) {
 			ref, principal = v.defaultRef, auth.Admin
 		}
 		clip, rate, err = v.lib.Clip(principal, ref)
-		if errors.Is(err, voicelib.ErrNotFound) && principal != auth.Admin && ref == v.defaultRef {
+		if errors.Is(err, library.ErrNotFound) && principal != auth.Admin && ref == v.defaultRef {
 			clip, rate, err = v.lib.Clip(auth.Admin, ref)
 		}
-		if errors.Is(err, voicelib.ErrNotFound) {
+		if errors.Is(err, library.ErrNotFound) {
 			return nil, marked{fmt.Errorf("ref %q: %w (upload it with POST /v1/voices)", ref, err), stream.ErrUnknownVoice}
 		}
 	}

@@ -1,4 +1,4 @@
-package voicelib
+package library
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/voxpipe/voxpipe/dsp/wav"
-	"github.com/voxpipe/voxpipe/rtc/auth"
+	"github.com/voxpipe/voxpipe/server/auth"
 )
 
 func speechWAV(t testing.TB) []byte {

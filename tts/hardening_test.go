@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/voxpipe/voxpipe/rtc/tts"
+	"github.com/voxpipe/voxpipe/tts"
 	"github.com/voxpipe/voxpipe/stream"
 )
 

@@ -1,7 +1,7 @@
 // Package voicelib is the voice library: reference clips uploaded by users (a target voice
 // for conversion, a speaker for text to speech), kept in a directory so they survive
 // restarts, and served over HTTP at /v1/voices.
-package voicelib
+package library
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/dsp"
 	"github.com/voxpipe/voxpipe/dsp/wav"
-	"github.com/voxpipe/voxpipe/rtc/auth"
+	"github.com/voxpipe/voxpipe/server/auth"
 )
 
 // Limits on uploaded clips.

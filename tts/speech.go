@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/voxpipe/voxpipe/rtc/audioout"
-	"github.com/voxpipe/voxpipe/rtc/auth"
+	"github.com/voxpipe/voxpipe/tts/audioout"
+	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/stream"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/voxpipe/voxpipe/rtc/audioout"
+	"github.com/voxpipe/voxpipe/tts/audioout"
 	"github.com/voxpipe/voxpipe/stream"
 )
 

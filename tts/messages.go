@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/voxpipe/voxpipe/rtc/audioout"
+	"github.com/voxpipe/voxpipe/tts/audioout"
 	"github.com/voxpipe/voxpipe/stream"
 )
 

@@ -1,4 +1,4 @@
-package voicelib
+package library
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/voxpipe/voxpipe/rtc/auth"
+	"github.com/voxpipe/voxpipe/server/auth"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

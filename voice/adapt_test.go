@@ -1,4 +1,4 @@
-package adapt
+package voice
 
 import (
 	"bytes"
@@ -12,8 +12,8 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/models/miotts"
-	"github.com/voxpipe/voxpipe/rtc/auth"
-	"github.com/voxpipe/voxpipe/rtc/voicelib"
+	"github.com/voxpipe/voxpipe/server/auth"
+	"github.com/voxpipe/voxpipe/voice/library"
 	"github.com/voxpipe/voxpipe/stream"
 )
 
@@ -44,7 +44,7 @@ func TestMioTTSVoicesAreTheOwners(t *testing.T) {
 	if err := wav.Write(&clip, a.Mono()[:3*a.SampleRate], a.SampleRate, 1); err != nil {
 		t.Fatal(err)
 	}
-	lib, _, err := voicelib.Open(t.TempDir())
+	lib, _, err := library.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestVoiceSetDefaultFromTheLibrary(t *testing.T) {
 		}
 		return b.Bytes()
 	}
-	lib, _, err := voicelib.Open(t.TempDir())
+	lib, _, err := library.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

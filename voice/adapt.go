@@ -1,7 +1,7 @@
 // Package adapt joins model packages to the stream interfaces: models/ and stream/ never
 // import each other (models speak in plain types), so the adapters live here, shared by the
 // command and the tests of the network layer.
-package adapt
+package voice
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/models/miotts"
-	"github.com/voxpipe/voxpipe/rtc/auth"
-	"github.com/voxpipe/voxpipe/rtc/voicelib"
+	"github.com/voxpipe/voxpipe/server/auth"
+	"github.com/voxpipe/voxpipe/voice/library"
 	"github.com/voxpipe/voxpipe/stream"
 )
 
@@ -62,7 +62,7 @@ func (m miottsSynth) Synthesize(ctx context.Context, req stream.SynthRequest, ou
 
 func (miottsSynth) classify(err error) error {
 	switch {
-	case errors.Is(err, miotts.ErrNoVoice), errors.Is(err, voicelib.ErrNotFound):
+	case errors.Is(err, miotts.ErrNoVoice), errors.Is(err, library.ErrNotFound):
 		return fmt.Errorf("%w: %w", stream.ErrUnknownVoice, err)
 	case errors.Is(err, miotts.ErrNothingToSay):
 		return fmt.Errorf("%w: %w", stream.ErrNothingToSay, err)
@@ -74,17 +74,17 @@ func (miottsSynth) classify(err error) error {
 // the server's own voices, usable by everyone) and the voice library, where each principal
 // sees only its own voices (auth.CanSee).
 type VoiceSet struct {
-	lib   *voicelib.Library
+	lib   *library.Library
 	files map[string]string
 }
 
 // Voices makes a VoiceSet; lib may be nil.
-func Voices(lib *voicelib.Library, files map[string]string) *VoiceSet {
+func Voices(lib *library.Library, files map[string]string) *VoiceSet {
 	return &VoiceSet{lib: lib, files: files}
 }
 
 // Clip resolves name for principal: operator files first, then principal's library voices
-// by id or name. A voice principal cannot see is voicelib.ErrNotFound, like a missing one.
+// by id or name. A voice principal cannot see is library.ErrNotFound, like a missing one.
 func (s *VoiceSet) Clip(principal, name string) ([]float32, int, error) {
 	if s != nil {
 		if path, ok := s.files[name]; ok {
@@ -96,12 +96,12 @@ func (s *VoiceSet) Clip(principal, name string) ([]float32, int, error) {
 		}
 		if s.lib != nil {
 			clip, rate, err := s.lib.Clip(principal, name)
-			if err == nil || !errors.Is(err, voicelib.ErrNotFound) {
+			if err == nil || !errors.Is(err, library.ErrNotFound) {
 				return clip, rate, err
 			}
 		}
 	}
-	return nil, 0, fmt.Errorf("%w: %q is not in the voice library", voicelib.ErrNotFound, name)
+	return nil, 0, fmt.Errorf("%w: %q is not in the voice library", library.ErrNotFound, name)
 }
 
 // forRequest resolves a request's voice. No voice is the model's default, used with the
@@ -117,7 +117,7 @@ func (s *VoiceSet) forRequest(owner, voice, def string) ([]float32, int, error) 
 		return s.Clip(auth.Admin, def)
 	}
 	clip, rate, err := s.Clip(owner, voice)
-	if errors.Is(err, voicelib.ErrNotFound) && voice == def {
+	if errors.Is(err, library.ErrNotFound) && voice == def {
 		return s.Clip(auth.Admin, def)
 	}
 	return clip, rate, err

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/voxpipe/voxpipe/rtc/obsws/obstest"
+	"github.com/voxpipe/voxpipe/obsws/obstest"
 )
 
 func TestSetAudioSyncOffset(t *testing.T) {

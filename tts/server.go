@@ -14,8 +14,8 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/voxpipe/voxpipe/rtc/audioout"
-	"github.com/voxpipe/voxpipe/rtc/auth"
+	"github.com/voxpipe/voxpipe/tts/audioout"
+	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/stream"
 )
 
