@@ -13,11 +13,13 @@ import (
 	"github.com/voxpipe/voxpipe/cgo"
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/models/wavlm"
 )
 
-// graphs the planner benchmark can plan.
-var shapeGraphs = map[string]func(seconds float64) *engine.Graph{
-	"wavlm-large": engine.WavLMLargeShape,
+// graphs the planner benchmark can plan: a model's real graph over shape-only weights, for
+// seconds of its input.
+var shapeGraphs = map[string]func(seconds float64) (*engine.Graph, error){
+	"wavlm-large": func(s float64) (*engine.Graph, error) { return wavlm.PlannerGraph(wavlm.RealLarge(), int(s*16000)) },
 }
 
 func runBenchPlanner(args []string, stdout, stderr io.Writer) error {
@@ -35,7 +37,11 @@ func runBenchPlanner(args []string, stdout, stderr io.Writer) error {
 	if *seconds <= 0 || *seconds > 600 {
 		return errors.New("--seconds must be in (0, 600]")
 	}
-	st, err := engine.PlanStatsOf(build(*seconds))
+	g, err := build(*seconds)
+	if err != nil {
+		return err
+	}
+	st, err := engine.PlanStatsOf(g)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,5 +82,42 @@ func TestGoldenCommand(t *testing.T) {
 	}
 	if _, stderr, code := runCmd(t, "golden", "--family", "miotts", "--dir", t.TempDir()); code == 0 || !strings.Contains(stderr, "cases.gguf") {
 		t.Errorf("missing folder: exit %d %s", code, stderr)
+	}
+}
+
+// The shipped binary links no test harness: neither `testing` nor a testing/... package is
+// among ./cmd/voxpipe's dependencies. What the commands run (golden checks, benchmarks)
+// returns results and errors; helpers that need a *testing.T live in _test files or in
+// test-only packages such as internal/parity/paritytest.
+func TestBinaryLinksNoTesting(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("the go tool is not on PATH (%v): cannot list the binary's dependencies", err)
+	}
+	// Each dependency with its imports, to name the package that pulls testing in.
+	cmd := exec.Command(goTool, "list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", ".")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, stderr.String())
+	}
+	isTesting := func(p string) bool { return p == "testing" || strings.HasPrefix(p, "testing/") }
+	var deps, importers []string
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		deps = append(deps, f[0])
+		if !isTesting(f[0]) && slices.ContainsFunc(f[1:], isTesting) {
+			importers = append(importers, f[0])
+		}
+	}
+	if !slices.Contains(deps, "github.com/voxpipe/voxpipe/internal/parity") {
+		t.Fatalf("go list -deps lists no internal/parity (%d packages): not the binary's dependencies?", len(deps))
+	}
+	if bad := slices.DeleteFunc(slices.Clone(deps), func(p string) bool { return !isTesting(p) }); len(bad) > 0 {
+		t.Errorf("the binary links %v, imported by %v", bad, importers)
 	}
 }

@@ -1,11 +1,15 @@
-// Package golden locates the golden data (tiny models and reference outputs) for parity tests:
-// $VOXPIPE_GOLDEN_DIR, or ../shared/golden next to the repository root.
+// Package golden locates the golden data (tiny models and reference outputs) for parity tests
+// and the `voxpipe golden` command: $VOXPIPE_GOLDEN_DIR, or ../shared/golden next to the
+// repository root.
+//
+// The binary links this package (the command's default --dir), so it must not import
+// `testing`: Path takes the two methods of testing.TB it needs as an interface.
 package golden
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
-	"testing"
 )
 
 // Root is the golden folder, or "" when no repository root is found above the working
@@ -30,13 +34,28 @@ func Root() string {
 	}
 }
 
-// Path joins elems under the golden folder and skips the test, saying why, when that file or
-// folder is absent.
-func Path(tb testing.TB, elems ...string) string {
-	tb.Helper()
+// Find joins elems under the golden folder and reports, with the way to fix it, when that
+// file or folder is absent.
+func Find(elems ...string) (string, error) {
 	p := filepath.Join(append([]string{Root()}, elems...)...)
 	if _, err := os.Stat(p); err != nil {
-		tb.Skipf("golden data not available (%v); set VOXPIPE_GOLDEN_DIR to the golden folder", err)
+		return p, fmt.Errorf("golden data not available (%v); set VOXPIPE_GOLDEN_DIR to the golden folder", err)
+	}
+	return p, nil
+}
+
+// Skipper is the part of testing.TB that Path uses.
+type Skipper interface {
+	Helper()
+	Skipf(format string, args ...any)
+}
+
+// Path is Find for tests: it skips tb, saying why, when the file or folder is absent.
+func Path(tb Skipper, elems ...string) string {
+	tb.Helper()
+	p, err := Find(elems...)
+	if err != nil {
+		tb.Skipf("%v", err)
 	}
 	return p
 }

@@ -1,5 +1,6 @@
 // Package parity compares engine outputs with golden reference tensors, stage by stage, for
-// the parity tests and the `voxpipe golden` command.
+// the parity tests and the `voxpipe golden` command. It returns stages and errors and does
+// not import `testing` (the binary links it); the test helpers are in paritytest.
 package parity
 
 import (
@@ -8,10 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"testing"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
-	"github.com/voxpipe/voxpipe/internal/golden"
 )
 
 // Stage is one compared golden tensor: the error of what the engine computed against what
@@ -36,9 +35,14 @@ func (s Stage) String() string {
 	if s.Err != "" {
 		return fmt.Sprintf("%-4s %-44s %s", verdict, s.Name, s.Err)
 	}
-	tol := fmt.Sprintf("tol %.0e", s.Tol)
-	if s.Tol == 0 {
+	var tol string
+	switch m := fmt.Sprintf("%.3e", s.Tol); {
+	case s.Tol == 0:
 		tol = "exact"
+	case strings.HasPrefix(m[1:], ".000e"):
+		tol = fmt.Sprintf("tol %.0e", s.Tol) // a round tolerance such as 1e-04
+	default:
+		tol = "tol " + m // derived from a documented figure: one digit would misstate it
 	}
 	return fmt.Sprintf("%-4s %-44s max-abs %.3e  rel %.3e  %s", verdict, s.Name, s.MaxAbs, s.Rel, tol)
 }
@@ -62,18 +66,6 @@ func Open(dir, family string) (*Run, error) {
 		return nil, fmt.Errorf("golden %s: %w", family, err)
 	}
 	return &Run{Family: family, Dir: fd, Cases: c, used: map[string]bool{}}, nil
-}
-
-// OpenT opens a family's cases for a test, skipping when the golden folder is absent.
-func OpenT(tb testing.TB, family string) *Run {
-	tb.Helper()
-	golden.Path(tb, family, "cases.gguf")
-	r, err := Open(golden.Root(), family)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(r.Close)
-	return r
 }
 
 // ModelPath is DIR/family/model.gguf.
@@ -116,18 +108,21 @@ func (r *Run) I32(name string) ([]int32, error) {
 	return v, err
 }
 
+// Add records a stage measured elsewhere (a figure computed once and checked here).
+func (r *Run) Add(s Stage) Stage {
+	r.used[s.Name] = true
+	r.stages = append(r.stages, s)
+	return s
+}
+
 // Fail records a stage that could not be computed.
 func (r *Run) Fail(name string, err error) {
-	r.used[name] = true
-	r.stages = append(r.stages, Stage{Name: name, Err: err.Error()})
+	r.Add(Stage{Name: name, Err: err.Error()})
 }
 
 // Compare records got against want under name with a relative tolerance.
 func (r *Run) Compare(name string, got, want []float32, tol float64) Stage {
-	r.used[name] = true
-	s := Compare(name, got, want, tol)
-	r.stages = append(r.stages, s)
-	return s
+	return r.Add(Compare(name, got, want, tol))
 }
 
 // Check compares got with the case tensor of the same name.
@@ -159,8 +154,7 @@ func (r *Run) CheckI32(name string, got []int32) Stage {
 			}
 		}
 	}
-	r.stages = append(r.stages, s)
-	return s
+	return r.Add(s)
 }
 
 // Stages are the stages recorded so far.
@@ -203,16 +197,4 @@ func Compare(name string, got, want []float32, tol float64) Stage {
 		s.Rel = math.Inf(1)
 	}
 	return s
-}
-
-// Require fails tb for every failed stage, logging each line.
-func Require(tb testing.TB, stages []Stage) {
-	tb.Helper()
-	for _, s := range stages {
-		if s.OK() {
-			tb.Log(s.String())
-		} else {
-			tb.Error(s.String())
-		}
-	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
-	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func cpu(t testing.TB) engine.Backend {
@@ -28,20 +28,20 @@ func cpu(t testing.TB) engine.Backend {
 // offsets from the audio, the encoder teacher-forced per window, and the free-running chain
 // from the audio (the "chain:" lines).
 func TestGoldenASR(t *testing.T) {
-	r := parity.OpenT(t, "meanvc2")
+	r := paritytest.Open(t, "meanvc2")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
 	GoldenASR(r, m, cpu(t))
-	parity.Require(t, r.Stages())
+	paritytest.Require(t, r.Stages())
 }
 
 // TestGoldenTensorList: Tensors() of the golden model's config names exactly the asr/
 // tensors of the file, with their shapes.
 func TestGoldenTensorList(t *testing.T) {
-	r := parity.OpenT(t, "meanvc2")
+	r := paritytest.Open(t, "meanvc2")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func (h hiding) Get(name string) ([]float32, []int, error) {
 // TestGoldenMissingTensor: a model file lacking a tensor fails to load with an error that
 // names it in full (namespace included).
 func TestGoldenMissingTensor(t *testing.T) {
-	r := parity.OpenT(t, "meanvc2")
+	r := paritytest.Open(t, "meanvc2")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)

@@ -12,11 +12,12 @@ import (
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
 	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func openGolden(t *testing.T) (*parity.Run, *gguf.Model, engine.Backend) {
 	t.Helper()
-	r := parity.OpenT(t, "meanvc2")
+	r := paritytest.Open(t, "meanvc2")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +36,7 @@ func TestGoldenECAPA(t *testing.T) {
 	if err := GoldenECAPA(r, m, be); err != nil {
 		t.Fatal(err)
 	}
-	parity.Require(t, r.Stages())
+	paritytest.Require(t, r.Stages())
 	if len(r.Stages()) != len(stageNames) {
 		t.Errorf("%d stages, want %d", len(r.Stages()), len(stageNames))
 	}

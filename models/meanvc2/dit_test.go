@@ -9,11 +9,12 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func goldenModel(t *testing.T) (*parity.Run, *gguf.Model) {
 	t.Helper()
-	r := parity.OpenT(t, Family)
+	r := paritytest.Open(t, Family)
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +36,7 @@ func cpu(t *testing.T) engine.Backend {
 func TestGoldenDiT(t *testing.T) {
 	r, m := goldenModel(t)
 	GoldenDiT(r, m, cpu(t))
-	parity.Require(t, r.Stages())
+	paritytest.Require(t, r.Stages())
 }
 
 // writeModel rewrites the golden model with edits: a tensor dropped, one reshaped (its data

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
-	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 // golden loads the whole golden model, the reference's target voice and a source signal:
@@ -17,7 +17,7 @@ import (
 // ASR window).
 func golden(t *testing.T) (*Model, Timbre, []float32) {
 	t.Helper()
-	r := parity.OpenT(t, Family)
+	r := paritytest.Open(t, Family)
 	m, err := Load(r.ModelPath(), cpu(t))
 	if err != nil {
 		t.Fatal(err)

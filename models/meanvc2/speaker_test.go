@@ -11,12 +11,12 @@ import (
 
 	"github.com/voxpipe/voxpipe/dsp"
 	"github.com/voxpipe/voxpipe/internal/embcache"
-	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func goldenRef(t *testing.T) (*Model, []float32, []float32) {
 	t.Helper()
-	r := parity.OpenT(t, Family)
+	r := paritytest.Open(t, Family)
 	m, err := Load(r.ModelPath(), cpu(t))
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestEmbeddingCache(t *testing.T) {
 
 	// A second model with a fresh cache over the same directory reads the stored value:
 	// overwrite it to tell.
-	m2, err := Load(parity.OpenT(t, Family).ModelPath(), cpu(t))
+	m2, err := Load(paritytest.Open(t, Family).ModelPath(), cpu(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,11 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
-	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func TestConfigEmbedded(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestConfigTables(t *testing.T) {
 	if total != 132016399 {
 		t.Errorf("real tensors hold %d parameters, want 132016399", total)
 	}
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestDecodeRealSize(t *testing.T) {
 // TestConfigBindErrors: a missing or misshapen decoder tensor is reported by name at load;
 // unknown tensors are ignored.
 func TestConfigBindErrors(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 // testThreads keeps the shared machine usable.
@@ -15,7 +16,7 @@ func testThreads() int { return min(2, runtime.NumCPU()) }
 
 func loadTestDecoder(t testing.TB) (*parity.Run, *Decoder) {
 	t.Helper()
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	be, err := engine.NewCPU(testThreads())
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +39,7 @@ func loadTestDecoder(t testing.TB) (*parity.Run, *Decoder) {
 // windowed mechanics, frozen-statistics exactness and the encode path; it logs the
 // windowed-decoding figures next to the reference's (MANIFEST §6).
 func TestDecodeGolden(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	be, err := engine.NewCPU(testThreads())
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestDecodeGolden(t *testing.T) {
 	}
 	defer m.Close()
 	rep := goldenAll(r, m, be)
-	parity.Require(t, r.Stages())
+	paritytest.Require(t, r.Stages())
 	// Every case is read except the speaker path's (global.*, checked with the global encoder).
 	for _, s := range r.Finish() {
 		if s.Err != "" && strings.HasPrefix(s.Name, "global.") {
@@ -102,7 +103,7 @@ func TestDecodeBlockedAttention(t *testing.T) {
 }
 
 func TestEncodeGolden(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	be, err := engine.NewCPU(testThreads())
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestEncodeGolden(t *testing.T) {
 	}
 	defer e.Close()
 	goldenEncode(r, e)
-	parity.Require(t, r.Stages())
+	paritytest.Require(t, r.Stages())
 	if _, err := e.Encode([][]float32{make([]float32, 64*10)}, 10); err == nil {
 		t.Errorf("one SSL layer where %d are needed: no error", len(e.Config.LocalSSLLayers))
 	}

@@ -11,11 +11,12 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func globalTestSetup(t *testing.T) (*parity.Run, *gguf.Model, engine.Backend) {
 	t.Helper()
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func TestGlobalGolden(t *testing.T) {
 	if len(st) != 10 {
 		t.Errorf("%d global stages, want 10", len(st))
 	}
-	parity.Require(t, st)
+	paritytest.Require(t, st)
 	// Every global.* case was read.
 	for _, n := range r.Names("global.") {
 		found := n == "global.ref_wave_raw"

@@ -186,7 +186,8 @@ func ctxOption(c int) int {
 // SweepPoint is stitched windowed decoding against the offline decode at one context.
 type SweepPoint struct {
 	Context        int
-	MaxRel, RMSRel float64
+	MaxAbs         float64 // max |stitched − offline|
+	MaxRel, RMSRel float64 // relative to max |offline| and rms(offline)
 }
 
 // ContextSweep decodes tokens in windows of core tokens with ctx tokens of context on each
@@ -203,8 +204,9 @@ func ContextSweep(d *Decoder, tokens []int32, global, full []float32, core int, 
 		if len(got) != len(full) {
 			return out, fmt.Errorf("miocodec: context %d: %d samples, want %d", c, len(got), len(full))
 		}
-		mr, rr := relDiff(got, full)
-		out = append(out, SweepPoint{Context: c, MaxRel: mr, RMSRel: rr})
+		st := parity.Compare("", got, full, 0)
+		_, rr := relDiff(got, full)
+		out = append(out, SweepPoint{Context: c, MaxAbs: st.MaxAbs, MaxRel: st.Rel, RMSRel: rr})
 	}
 	return out, nil
 }
@@ -217,8 +219,9 @@ type ChunkReport struct {
 }
 
 // goldenChunks checks the windowed mechanics (each chunk.windows window decoded alone
-// reproduces chunk.win*.waveform), the exactness of stitched decoding with frozen
-// full-utterance statistics (context ≥ 96), and measures the documentation figures.
+// reproduces chunk.win*.waveform), stitched decoding with frozen full-utterance statistics
+// (context ≥ 96) against the reference's documented deviation, and measures the
+// documentation figures.
 func goldenChunks(r *parity.Run, d *Decoder) *ChunkReport {
 	rep := &ChunkReport{}
 	tokens, err1 := r.I32("decA.tokens")
@@ -279,22 +282,46 @@ func goldenChunks(r *parity.Run, d *Decoder) *ChunkReport {
 	if rep.Frozen, err = ContextSweep(d, long, global, fullLong, core, cs, StatsFrozen, stats); err != nil {
 		r.Fail("chunk.sweep_rel_maxdiff_gnfrozen", err)
 	}
-	r.Use("chunk.sweep_rel_maxdiff", "chunk.sweep_rel_rmsdiff", "chunk.sweep_rel_maxdiff_gnfrozen", "chunk.sweep_rel_rmsdiff_gnfrozen")
-	// §6b.2: with full-utterance statistics, context ≥ 96 is exact to 1e-4.
-	for _, c := range cs {
-		if c < 96 {
-			continue
+	r.Use("chunk.sweep_rel_maxdiff", "chunk.sweep_rel_rmsdiff", "chunk.sweep_rel_rmsdiff_gnfrozen")
+	// §6b.2: with full-utterance statistics and context ≥ 96, stitched decoding matches the
+	// offline decode as chunk.sweep_rel_maxdiff_gnfrozen shows for the reference.
+	doc, _, err := r.F32("chunk.sweep_rel_maxdiff_gnfrozen")
+	if err == nil && len(doc) != len(cs) {
+		err = fmt.Errorf("%d documented values for %d contexts", len(doc), len(cs))
+	}
+	if err != nil {
+		r.Fail("chunk.sweep_rel_maxdiff_gnfrozen", err)
+		return rep
+	}
+	for i, p := range rep.Frozen { // in chunk.sweep_ctx order, as doc
+		if p.Context >= frozenMinContext {
+			r.Add(frozenStage(p, float64(doc[i])))
 		}
-		o := StreamOptions{Core: core, LeftContext: c, RightContext: c, Crossfade: -1, Stats: StatsFrozen, Frozen: stats}
-		got, err := streamDecode(d, long, global, o)
-		name := fmt.Sprintf("chunk.long_tokens.gnfrozen_ctx%d", c)
-		if err != nil {
-			r.Fail(name, err)
-			continue
-		}
-		r.Compare(name, got, fullLong, tolStage)
 	}
 	return rep
+}
+
+// frozenMinContext is the context from which the manifest states stitched decoding with
+// frozen statistics matches the offline decode (§6b.2).
+const frozenMinContext = 96
+
+// sweepMargin is how far above the reference's documented deviation ours may lie. That
+// deviation is a float32 result which summation order moves by about a percent (3.27e-5
+// against the reference's 3.24e-5 at context 96 here; 4.106e-3 against 4.10e-3 on a decoder
+// whose receptive field is wider than 96 tokens), so 5 % is a small margin.
+const sweepMargin = 0.05
+
+// frozenStage checks one frozen-statistics sweep point against the reference's documented
+// max relative deviation at that context: the manifest's 1e-4 where the context covers the
+// decoder's receptive field (the reference's value is float noise there), and the
+// reference's own deviation, with sweepMargin, where it does not.
+func frozenStage(p SweepPoint, documented float64) parity.Stage {
+	return parity.Stage{
+		Name:   fmt.Sprintf("chunk.long_tokens.gnfrozen_ctx%d", p.Context),
+		MaxAbs: p.MaxAbs,
+		Rel:    p.MaxRel,
+		Tol:    max(tolStage, documented*(1+sweepMargin)),
+	}
 }
 
 // goldenEncode runs the encode path from the golden WavLM layers (tiny: local layers 1, 2).

@@ -3,7 +3,7 @@ package miocodec
 import (
 	"testing"
 
-	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func TestRefPadding(t *testing.T) {
@@ -32,7 +32,7 @@ func TestRefPadding(t *testing.T) {
 
 // The preparation alone against the golden 16 kHz WavLM input.
 func TestRefPrepareGolden(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	raw, _, err := r.F32("global.ref_wave_raw")
 	if err != nil {
 		t.Fatal(err)

@@ -4,11 +4,11 @@ import (
 	"testing"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func TestGolden(t *testing.T) {
-	r := parity.OpenT(t, "miotts")
+	r := paritytest.Open(t, "miotts")
 	be, err := engine.NewCPU(2)
 	if err != nil {
 		t.Fatal(err)
@@ -17,5 +17,5 @@ func TestGolden(t *testing.T) {
 	if err := Golden(r, be); err != nil {
 		t.Fatal(err)
 	}
-	parity.Require(t, r.Finish())
+	paritytest.Require(t, r.Finish())
 }

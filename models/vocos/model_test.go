@@ -12,11 +12,12 @@ import (
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
 	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func openGolden(t *testing.T) (*parity.Run, *gguf.Model, engine.Backend) {
 	t.Helper()
-	r := parity.OpenT(t, "meanvc2")
+	r := paritytest.Open(t, "meanvc2")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestGoldenVocos(t *testing.T) {
 	if err := GoldenVocos(r, m, be); err != nil {
 		t.Fatal(err)
 	}
-	parity.Require(t, r.Stages())
+	paritytest.Require(t, r.Stages())
 	steps := len(r.Names("voc.step")) / 4
 	if steps == 0 || len(r.Stages()) != 4*steps {
 		t.Errorf("%d stages for %d steps", len(r.Stages()), steps)

@@ -11,6 +11,7 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
 func cpu(t testing.TB) engine.Backend {
@@ -45,19 +46,19 @@ func onlyPrefix(stages []parity.Stage, prefix string) []parity.Stage {
 
 // Large switches on the MeanVC2 speaker WavLM.
 func TestGoldenMeanVC2(t *testing.T) {
-	r := parity.OpenT(t, "meanvc2")
+	r := paritytest.Open(t, "meanvc2")
 	mf := openModel(t, r)
 	GoldenMeanVC2(r, mf.Sub("speaker_wavlm"), cpu(t))
 	st := onlyPrefix(r.Stages(), "spk.wavlm.")
 	if len(st) != 3 {
 		t.Fatalf("%d stages, want 3", len(st))
 	}
-	parity.Require(t, st)
+	paritytest.Require(t, st)
 }
 
 // Base+ switches on MioCodec's WavLM: layers 1 and 2 from the prepared 16 kHz reference.
 func TestGoldenBasePlusLayers(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	mf := openModel(t, r)
 	m, err := Load(mf.Sub("wavlm_weights"), cpu(t), Options{})
 	if err != nil {
@@ -80,13 +81,13 @@ func TestGoldenBasePlusLayers(t *testing.T) {
 	}
 	r.Check("global.wavlm_layer1", states[0], goldenTol)
 	r.Check("global.wavlm_layer2", states[1], goldenTol)
-	parity.Require(t, r.Stages())
+	paritytest.Require(t, r.Stages())
 }
 
 // The variant switches can be forced; forcing the wrong one on Base+ weights fails at load
 // (no per-conv LayerNorm on conv 1).
 func TestVariantOverride(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	mf := openModel(t, r)
 	_, err := Load(mf.Sub("wavlm_weights"), cpu(t), Options{Variant: VariantLarge})
 	if err == nil || !strings.Contains(err.Error(), "feature_extractor.conv_layers.1.2.weight") {
@@ -97,7 +98,7 @@ func TestVariantOverride(t *testing.T) {
 // The config inferred from the tiny files lists exactly their tensors (mask_emb included).
 func TestTensorsMatchFiles(t *testing.T) {
 	for _, c := range []struct{ family, ns string }{{"meanvc2", "speaker_wavlm"}, {"miocodec", "wavlm_weights"}} {
-		r := parity.OpenT(t, c.family)
+		r := paritytest.Open(t, c.family)
 		src := openModel(t, r).Sub(c.ns)
 		cfg, err := inferConfig(src, Options{})
 		if err != nil {
@@ -154,7 +155,7 @@ func copySource(t *testing.T, m *gguf.Model) *mapSource {
 }
 
 func TestBadWeights(t *testing.T) {
-	r := parity.OpenT(t, "meanvc2")
+	r := paritytest.Open(t, "meanvc2")
 	mf := openModel(t, r)
 	be := cpu(t)
 	for _, c := range []struct {
@@ -190,7 +191,7 @@ func TestBadWeights(t *testing.T) {
 
 // The unilm spelling of the Large per-conv LayerNorm ("…{i}.2.1.weight") loads the same.
 func TestConvLayerNormSpelling(t *testing.T) {
-	r := parity.OpenT(t, "meanvc2")
+	r := paritytest.Open(t, "meanvc2")
 	mf := openModel(t, r)
 	src := copySource(t, mf.Sub("speaker_wavlm"))
 	for i := range 7 {
@@ -243,7 +244,7 @@ func TestBucket(t *testing.T) {
 
 // Concurrent callers and more lengths than the bias cache holds: results equal a fresh run.
 func TestConcurrentAndBiasEviction(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	mf := openModel(t, r)
 	m, err := Load(mf.Sub("wavlm_weights"), cpu(t), Options{})
 	if err != nil {
@@ -290,7 +291,7 @@ func TestConcurrentAndBiasEviction(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	r := parity.OpenT(t, "miocodec")
+	r := paritytest.Open(t, "miocodec")
 	m, err := Load(openModel(t, r).Sub("wavlm_weights"), cpu(t), Options{})
 	if err != nil {
 		t.Fatal(err)
