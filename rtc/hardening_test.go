@@ -15,8 +15,8 @@ import (
 	"github.com/pion/webrtc/v4"
 
 	"github.com/voxpipe/voxpipe/rtc"
-	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/rtc/rtcclient"
+	"github.com/voxpipe/voxpipe/server/auth"
 )
 
 const (
@@ -140,8 +140,9 @@ func TestSessionsBelongToTheirKey(t *testing.T) {
 	if code := do(t, "DELETE", base+loc, keyAdmin); code != http.StatusOK {
 		t.Errorf("admin DELETE: %d", code)
 	}
-	// Signaling sessions get unguessable ids too.
-	c, err := rtcclient.Dial(context.Background(), rtcclient.Options{URL: rtcclient.WSURL(base) + "?token=" + keyA})
+	// Signaling sessions get unguessable ids too. (B: A's ended session may still be
+	// giving its place back.)
+	c, err := rtcclient.Dial(context.Background(), rtcclient.Options{URL: rtcclient.WSURL(base) + "?token=" + keyB})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/rtc/rtcclient"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/voice"
 )
 
 // TestLoopbackMeanVC2 runs the tiny MeanVC2 model as the live voice: a real Pion client sends
@@ -47,7 +47,7 @@ func TestLoopbackMeanVC2(t *testing.T) {
 		}
 		target, err := m.VoiceFromClip(clip, 48000)
 		if errors.Is(err, meanvc2.ErrBadReference) {
-			return nil, fmt.Errorf("%w: %w", rtc.ErrBadParams, err)
+			return nil, fmt.Errorf("%w: %w", stream.ErrBadParams, err)
 		}
 		if err != nil {
 			return nil, err

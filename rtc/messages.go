@@ -7,24 +7,26 @@ import (
 	"fmt"
 
 	"github.com/pion/webrtc/v4"
+
+	"github.com/voxpipe/voxpipe/stream"
 )
 
 // Error codes of the signaling protocol.
 const (
 	CodeBadJSON          = "bad_json"
-	CodeBadMessage       = "bad_message"
+	CodeBadMessage       = stream.CodeBadMessage
 	CodeBadSDP           = "bad_sdp"
 	CodeNoAudio          = "no_audio"
 	CodeUnsupportedCodec = "unsupported_codec"
 	CodeBadCandidate     = "bad_candidate"
-	CodeUnknownVoice     = "unknown_voice"
-	CodeBadParams        = "bad_params"
+	CodeUnknownVoice     = stream.CodeUnknownVoice
+	CodeBadParams        = stream.CodeBadParams
 	CodeDuplicateOffer   = "duplicate_offer"
 	CodeRateLimited      = "rate_limited"
-	CodeBusy             = "busy"
+	CodeBusy             = stream.CodeBusy
 	CodeTextTooLong      = "text_too_long"
-	CodeSynthesis        = "synthesis_failed"
-	CodeInternal         = "internal"
+	CodeSynthesis        = stream.CodeSynthesis
+	CodeInternal         = stream.CodeInternal
 )
 
 // Message is any signaling message; Type selects which fields are used.

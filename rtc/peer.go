@@ -292,13 +292,8 @@ func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, 
 	// A client's mistake is explained; anything else is the server's, and its detail
 	// (paths, file names) stays in the log.
 	fail := func(err error) (stream.Processor, string, error) {
-		switch {
-		case errors.Is(err, stream.ErrUnknownVoice):
-			return nil, CodeUnknownVoice, err
-		case errors.Is(err, ErrBadParams):
-			return nil, CodeBadParams, err
-		}
-		return nil, CodeInternal, errors.New(stream.Opaque(p.log, "voice "+voice, err))
+		code, msg := stream.ClientError(p.log, "voice "+voice, err, CodeInternal)
+		return nil, code, errors.New(msg)
 	}
 	if f := p.srv.cfg.NewProcessor; f != nil {
 		proc, err := f(p.owner, voice, ref)

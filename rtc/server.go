@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -31,7 +30,7 @@ type Config struct {
 	// reference clip (a voice library id or name, "" when none was given): voices
 	// whose target is a clip (MeanVC2) are made here. It returns (nil, nil) for a voice it
 	// does not make, which then comes from Voices. Errors wrapping stream.ErrUnknownVoice
-	// reach the client as unknown_voice, those wrapping ErrBadParams as bad_params, others as
+	// reach the client as unknown_voice, those wrapping stream.ErrBadParams as bad_params, others as
 	// internal. A processor with a Close method is closed once the session no longer uses it.
 	NewProcessor func(owner, voice, ref string) (stream.Processor, error)
 	Jitter       buffers.JitterConfig
@@ -60,10 +59,6 @@ type Config struct {
 	// signaling socket is counted by its HTTP middleware, as the request lasts the session).
 	Sessions *auth.SessionLimit
 }
-
-// ErrBadParams is wrapped by NewProcessor errors that are the client's fault: an unusable
-// reference clip or parameter.
-var ErrBadParams = errors.New("bad parameters")
 
 // Server answers WebSocket signaling at /v1/rtc and runs one peer per socket.
 type Server struct {

@@ -169,18 +169,6 @@ func (t *ttsSession) run(j ttsJob) {
 		t.cur = nil
 		t.mu.Unlock()
 	}()
-	name := t.syn.Info().Name
-	if adm := t.p.srv.cfg.TTSAdmission; adm != nil {
-		release, err := adm(name).Acquire(j.ctx)
-		if err != nil {
-			var busy *stream.BusyError
-			if errors.As(err, &busy) {
-				t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeBusy, Message: err.Error()})
-			}
-			return
-		}
-		defer release()
-	}
 	rs, err := dsp.NewResampler(t.syn.Info().SampleRate, opusRate)
 	if err != nil {
 		t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeInternal, Message: err.Error()})
@@ -188,7 +176,6 @@ func (t *ttsSession) run(j ttsJob) {
 	}
 	var buf []float32
 	var ttfa time.Duration
-	samples := 0
 	// push waits while the FIFO holds ttsAhead of audio: synthesis follows playout.
 	push := func(x []float32) error {
 		for {
@@ -209,36 +196,35 @@ func (t *ttsSession) run(j ttsJob) {
 			}
 		}
 	}
-	req := stream.SynthRequest{Text: j.text, Voice: voice, Owner: t.p.owner, MaxTokens: j.max, Seed: j.seed}
-	err = stream.Guard(t.p.log, "synthesis", func() error {
-		return t.syn.Synthesize(j.ctx, req, func(c stream.SynthChunk) error {
+	job := stream.TTSJob{Synth: t.syn, Log: t.p.log,
+		Request: stream.SynthRequest{Text: j.text, Voice: voice, Owner: t.p.owner, MaxTokens: j.max, Seed: j.seed},
+		Out: func(c stream.SynthChunk) error {
 			buf = rs.Process(buf[:0], c.Samples)
-			samples += len(c.Samples)
 			if len(buf) > 0 && ttfa == 0 {
 				ttfa = time.Since(j.start)
 				t.p.event(Message{Type: "speaking", ContextID: j.id})
 			}
 			return push(buf)
-		})
-	})
+		}}
+	if adm := t.p.srv.cfg.TTSAdmission; adm != nil {
+		job.Admission = adm(t.syn.Info().Name)
+	}
+	res := job.Run(j.ctx)
+	err = res.Err
 	if err == nil {
 		err = push(rs.Flush(buf[:0]))
 	}
-	busy := time.Since(j.start)
-	audio := time.Duration(samples) * time.Second / time.Duration(t.syn.Info().SampleRate)
-	met := &TTSMetrics{TTFAMs: msOf(ttfa), AudioMs: msOf(audio)}
-	if audio > 0 {
-		met.RTF = busy.Seconds() / audio.Seconds()
+	// Metrics count from the speak message, the wait behind earlier texts included.
+	met := &TTSMetrics{TTFAMs: msOf(ttfa), AudioMs: msOf(res.Audio)}
+	if res.Audio > 0 {
+		met.RTF = time.Since(j.start).Seconds() / res.Audio.Seconds()
 	}
 	switch {
 	case j.ctx.Err() != nil:
 		t.p.event(Message{Type: "done", ContextID: j.id, Canceled: true, Metrics: met})
-	case errors.Is(err, stream.ErrUnknownVoice):
-		t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeUnknownVoice, Message: err.Error()})
-	case errors.Is(err, stream.ErrNothingToSay):
-		t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeBadMessage, Message: err.Error()})
 	case err != nil:
-		t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeSynthesis, Message: stream.Opaque(t.p.log, "synthesis", err)})
+		code, msg := stream.ClientError(t.p.log, "synthesis", err, CodeSynthesis)
+		t.p.event(Message{Type: "error", ContextID: j.id, Code: code, Message: msg})
 	default:
 		t.p.event(Message{Type: "done", ContextID: j.id, Metrics: met})
 	}

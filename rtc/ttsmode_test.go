@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/rtc/rtcclient"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/voice"
 )
 
 func rmsOf(x []float32) float64 {

@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -127,7 +129,7 @@ func TestLiveBoundsItsInbox(t *testing.T) {
 	sched := NewScheduler(1)
 	defer sched.Close()
 	const rate = 16000
-	p := &blocking{Delay: *NewDelay(rate, 160, 0), sleep: time.Second}
+	p := &blocking{Delay: *NewDelay(rate, 8000, 0), sleep: 200 * time.Millisecond}
 	l, err := sched.NewLive(Config{IORate: rate}, "stuck", p, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -145,5 +147,43 @@ func TestLiveBoundsItsInbox(t *testing.T) {
 	}
 	if st := l.Stats(); st.Dropped < 5*time.Second {
 		t.Errorf("dropped %v of input, want the excess counted", st.Dropped)
+	}
+}
+
+// sineSynth speaks a fixed number of 10 ms chunks of a tone (or fails with err).
+type sineSynth struct {
+	chunks int
+	err    error
+}
+
+func (s sineSynth) Info() SynthInfo { return SynthInfo{Name: "sine", SampleRate: 1000} }
+
+func (s sineSynth) Synthesize(ctx context.Context, req SynthRequest, out func(SynthChunk) error) error {
+	for range s.chunks {
+		if err := out(SynthChunk{Samples: sine(10, 1000, 50)}); err != nil {
+			return err
+		}
+	}
+	return s.err
+}
+
+// TestTTSJobAccounts: a job reports the audio it handed out, its TTFA and RTF, and takes and
+// gives back a slot.
+func TestTTSJobAccounts(t *testing.T) {
+	adm := NewAdmission(1, 10*time.Millisecond)
+	res := TTSJob{Synth: sineSynth{chunks: 30}, Admission: adm, Out: func(SynthChunk) error { return nil }}.Run(context.Background())
+	if res.Err != nil || res.Samples != 300 || res.Audio != 300*time.Millisecond || res.TTFA <= 0 || res.RTF() <= 0 {
+		t.Errorf("result %+v, RTF %v", res, res.RTF())
+	}
+	if st := adm.Stats(); st.Active != 0 {
+		t.Errorf("slot still held: %+v", st)
+	}
+	boom := errors.New("boom")
+	res = TTSJob{Synth: sineSynth{chunks: 2, err: boom}, Out: func(SynthChunk) error { return nil }}.Run(context.Background())
+	if !errors.Is(res.Err, boom) || res.Samples != 20 {
+		t.Errorf("failing synth: %+v", res)
+	}
+	if code, client := Classify(res.Err, CodeSynthesis); code != CodeSynthesis || client {
+		t.Errorf("a server fault classified %s, client %v", code, client)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/voxpipe/voxpipe/tts"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/tts"
 )
 
 // faulty is a synthesizer with a bug: after one chunk of audio it panics, or fails with an

@@ -9,21 +9,21 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/voxpipe/voxpipe/tts/audioout"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/tts/audioout"
 )
 
 // Error codes sent in error messages.
 const (
 	CodeBadJSON      = "bad_json"
-	CodeBadMessage   = "bad_message"
+	CodeBadMessage   = stream.CodeBadMessage
 	CodeBadFormat    = "bad_format"
 	CodeUnknownModel = "unknown_model"
-	CodeUnknownVoice = "unknown_voice"
+	CodeUnknownVoice = stream.CodeUnknownVoice
 	CodeTextTooLong  = "text_too_long"
 	CodeTooMany      = "too_many_contexts"
-	CodeBusy         = "busy"
-	CodeSynthesis    = "synthesis_failed"
+	CodeBusy         = stream.CodeBusy
+	CodeSynthesis    = stream.CodeSynthesis
 	CodeRateLimited  = "rate_limited"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/voxpipe/voxpipe/tts/audioout"
 	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/tts/audioout"
 )
 
 // Config sets up a Server. Zero fields take the defaults.
@@ -133,18 +133,10 @@ func (s *Server) AdmissionStats() map[string]stream.AdmissionStats {
 // samples produced (at the synthesizer's rate) and the first chunk's time.
 func (s *Server) synthesize(ctx context.Context, syn stream.Synthesizer, req stream.SynthRequest, enc *audioout.Encoder,
 	send func([]byte) error) (samples int, err error) {
-	release, err := s.admission(syn.Info().Name).Acquire(ctx)
-	if err != nil {
-		if errors.Is(err, stream.ErrBusy) && s.cfg.OnReject != nil {
-			s.cfg.OnReject(syn.Info().Name, "busy")
-		}
-		return 0, err
-	}
-	defer release()
+	name := syn.Info().Name
 	var buf []byte
-	err = stream.Guard(s.cfg.Logger, "synthesis", func() error {
-		return syn.Synthesize(ctx, req, func(c stream.SynthChunk) error {
-			samples += len(c.Samples)
+	job := stream.TTSJob{Synth: syn, Admission: s.admission(name), Request: req, Log: s.cfg.Logger,
+		Out: func(c stream.SynthChunk) error {
 			var err error
 			if buf, err = enc.Encode(buf[:0], c.Samples); err != nil {
 				return err
@@ -153,9 +145,12 @@ func (s *Server) synthesize(ctx context.Context, syn stream.Synthesizer, req str
 				return nil
 			}
 			return send(buf)
-		})
-	})
-	return samples, err
+		}}
+	if s.cfg.OnReject != nil {
+		job.OnBusy = func() { s.cfg.OnReject(name, "busy") }
+	}
+	res := job.Run(ctx)
+	return res.Samples, res.Err
 }
 
 // ServeHTTP upgrades to the TTS WebSocket and serves it until the client leaves.

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"golang.org/x/time/rate"
 
-	"github.com/voxpipe/voxpipe/tts/audioout"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/tts/audioout"
 )
 
 // closeTimeout bounds the close frame written on shutdown: a client that does not read
@@ -34,8 +35,7 @@ type socket struct {
 	mu       sync.Mutex
 	contexts map[string]*ttsContext
 
-	tokens float64 // message rate limit: a bucket of 50 messages refilled at 50/s
-	last   time.Time
+	limiter *rate.Limiter // 50 messages a second, bursts of 50
 }
 
 type outMsg struct {
@@ -71,7 +71,7 @@ type ttsContext struct {
 func newSocket(s *Server, conn *websocket.Conn, log *slog.Logger, owner string) *socket {
 	ctx, cancel := context.WithCancel(s.ctx)
 	return &socket{s: s, conn: conn, log: log, owner: owner, ctx: ctx, cancel: cancel, out: make(chan outMsg, 64),
-		contexts: map[string]*ttsContext{}, tokens: 50, last: time.Now()}
+		contexts: map[string]*ttsContext{}, limiter: rate.NewLimiter(50, 50)}
 }
 
 func (k *socket) run() {
@@ -105,7 +105,7 @@ func (k *socket) run() {
 			k.sendError("", CodeBadMessage, "binary messages are not part of the protocol; send JSON text", 0)
 			continue
 		}
-		if !k.allow() {
+		if !k.limiter.Allow() {
 			k.sendError("", CodeRateLimited, "more than 50 messages per second", 0)
 			continue
 		}
@@ -116,17 +116,6 @@ func (k *socket) run() {
 	close(k.out)
 	<-writerDone
 	<-closed // the connection is closed when the server's wait for this socket ends
-}
-
-func (k *socket) allow() bool {
-	now := time.Now()
-	k.tokens = min(50, k.tokens+now.Sub(k.last).Seconds()*50)
-	k.last = now
-	if k.tokens < 1 {
-		return false
-	}
-	k.tokens--
-	return true
 }
 
 func (k *socket) writer() {
@@ -315,17 +304,12 @@ pieces:
 			if c.ctx.Err() != nil {
 				return // cancelled (done already sent) or the socket ended
 			}
-			var busy *stream.BusyError
-			switch {
-			case errors.As(err, &busy):
-				k.sendError(c.id, CodeBusy, err.Error(), busy.RetryAfter)
-			case errors.Is(err, stream.ErrUnknownVoice):
-				k.sendError(c.id, CodeUnknownVoice, err.Error(), 0)
-			case errors.Is(err, stream.ErrNothingToSay):
-				k.sendError(c.id, CodeBadMessage, err.Error(), 0)
-			default:
-				k.sendError(c.id, CodeSynthesis, stream.Opaque(k.log.With("context", c.id), "synthesis", err), 0)
+			code, msg := stream.ClientError(k.log.With("context", c.id), "synthesis", err, CodeSynthesis)
+			var retry time.Duration
+			if busy := (*stream.BusyError)(nil); errors.As(err, &busy) {
+				retry = busy.RetryAfter
 			}
+			k.sendError(c.id, code, msg, retry)
 			return
 		}
 	}

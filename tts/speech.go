@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/voxpipe/voxpipe/tts/audioout"
 	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/tts/audioout"
 )
 
 // SpeechRequest is the OpenAI audio.speech request body.
@@ -207,19 +207,17 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 	settle()
 	rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 	var busy *stream.BusyError
-	switch {
+	switch code, client := stream.Classify(err, CodeSynthesis); {
 	case errors.As(err, &busy):
 		w.Header().Set("Retry-After", strconv.Itoa(int(busy.RetryAfter.Seconds())))
-		writeAPIError(w, http.StatusServiceUnavailable, CodeBusy, err.Error())
-	case errors.Is(err, stream.ErrUnknownVoice):
-		writeAPIError(w, http.StatusBadRequest, CodeUnknownVoice, err.Error())
-	case errors.Is(err, stream.ErrNothingToSay):
-		writeAPIError(w, http.StatusBadRequest, CodeBadMessage, err.Error())
+		writeAPIError(w, http.StatusServiceUnavailable, code, err.Error())
+	case client:
+		writeAPIError(w, http.StatusBadRequest, code, err.Error())
 	case s.ctx.Err() != nil:
 		w.Header().Set("Retry-After", "5")
 		writeAPIError(w, http.StatusServiceUnavailable, CodeBusy, "server is shutting down")
 	case ctx.Err() != nil:
 	default:
-		writeAPIError(w, http.StatusInternalServerError, CodeSynthesis, stream.Opaque(s.cfg.Logger, "synthesis", err))
+		writeAPIError(w, http.StatusInternalServerError, code, stream.Opaque(s.cfg.Logger, "synthesis", err))
 	}
 }

@@ -18,11 +18,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/models/miotts"
-	"github.com/voxpipe/voxpipe/tts"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/tts"
+	"github.com/voxpipe/voxpipe/voice"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,7 +54,7 @@ func synths(t *testing.T) *stream.Synthesizers {
 		t.Fatal(loadErr)
 	}
 	s := &stream.Synthesizers{}
-	s.Register(voice.MioTTS(shared, voice.Voices(nil, map[string]string{"ref": filepath.Join("..", "..", "testdata", "speech_en_48k.wav")})))
+	s.Register(voice.MioTTS(shared, voice.Voices(nil, map[string]string{"ref": filepath.Join("..", "testdata", "speech_en_48k.wav")})))
 	return s
 }
 

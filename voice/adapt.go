@@ -1,6 +1,7 @@
-// Package adapt joins model packages to the stream interfaces: models/ and stream/ never
-// import each other (models speak in plain types), so the adapters live here, shared by the
-// command and the tests of the network layer.
+// Package voice is the voice catalog: it turns a voice name and a reference clip into a
+// stream.Processor (MeanVC2) or serves a stream.Synthesizer (MioTTS), looking voices up in
+// the library (voice/library) for the principal asking. models/ and stream/ never import each
+// other (models speak in plain types), so the adapters between them live here.
 package voice
 
 import (

@@ -35,7 +35,7 @@ func TestMioTTSVoicesAreTheOwners(t *testing.T) {
 	}
 	t.Cleanup(m.Close)
 	_, file, _, _ := runtime.Caller(0)
-	fixture := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "speech_en_48k.wav")
+	fixture := filepath.Join(filepath.Dir(file), "..", "testdata", "speech_en_48k.wav")
 	a, err := wav.ReadFile(fixture)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestMioTTSVoicesAreTheOwners(t *testing.T) {
 // client's own voice of the same name wins for that client.
 func TestVoiceSetDefaultFromTheLibrary(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
-	a, err := wav.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "testdata", "speech_en_48k.wav"))
+	a, err := wav.ReadFile(filepath.Join(filepath.Dir(file), "..", "testdata", "speech_en_48k.wav"))
 	if err != nil {
 		t.Fatal(err)
 	}

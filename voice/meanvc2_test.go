@@ -32,7 +32,7 @@ func tinyMeanVC2(t *testing.T) (*meanvc2.Model, meanvc2.Timbre, []float32) {
 	}
 	t.Cleanup(m.Close)
 	_, file, _, _ := runtime.Caller(0)
-	a, err := wav.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "testdata", "speech_en_48k.wav"))
+	a, err := wav.ReadFile(filepath.Join(filepath.Dir(file), "..", "testdata", "speech_en_48k.wav"))
 	if err != nil {
 		t.Fatal(err)
 	}

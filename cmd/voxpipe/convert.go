@@ -10,11 +10,8 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/dsp/wav"
-	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/voice"
-	"github.com/voxpipe/voxpipe/internal/embcache"
-	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/voice"
 )
 
 func runConvert(args []string, stdout, stderr io.Writer) error {
@@ -78,21 +75,21 @@ func (o *vcOptions) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the model")
 }
 
-// processor makes the processor for voice: MeanVC2 with --model (voice "dsp", the default, or
+// processor makes the processor for the voice name: MeanVC2 with --model (voice "dsp", the default, or
 // "meanvc2"), otherwise a built-in voice. done frees what it loaded.
-func (o *vcOptions) processor(voice string) (string, stream.Processor, func(), error) {
+func (o *vcOptions) processor(name string) (string, stream.Processor, func(), error) {
 	if o.model == "" {
 		switch {
 		case o.ref != "":
 			return "", nil, nil, errors.New("--ref needs --model (a MeanVC2 model file)")
-		case voice == "meanvc2":
+		case name == "meanvc2":
 			return "", nil, nil, errors.New("voice meanvc2 needs --model FILE (a MeanVC2 model) and --ref REF.wav")
 		}
-		proc, err := stream.NewRegistry().New(voice)
-		return voice, proc, func() {}, err
+		proc, err := stream.NewRegistry().New(name)
+		return name, proc, func() {}, err
 	}
-	if voice != "dsp" && voice != "meanvc2" {
-		return "", nil, nil, fmt.Errorf("--model converts with MeanVC2; --voice %q does not go with it", voice)
+	if name != "dsp" && name != "meanvc2" {
+		return "", nil, nil, fmt.Errorf("--model converts with MeanVC2; --voice %q does not go with it", name)
 	}
 	if o.ref == "" {
 		return "", nil, nil, errors.New("--model needs --ref REF.wav: a clip of the target voice (1–30 s of speech)")
@@ -101,69 +98,16 @@ func (o *vcOptions) processor(voice string) (string, stream.Processor, func(), e
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("reference clip: %w", err)
 	}
-	m, closeModel, err := loadMeanVC2(o.model, o.threads, "")
+	m, closeModel, err := voice.LoadMeanVC2(o.model, o.threads, "")
 	if err != nil {
 		return "", nil, nil, err
 	}
-	proc, err := meanVC2Processor(m, a.Mono(), a.SampleRate)
+	proc, err := voice.MeanVC2FromClip(m, a.Mono(), a.SampleRate)
 	if err != nil {
 		closeModel()
 		return "", nil, nil, fmt.Errorf("reference clip %s: %w", o.ref, err)
 	}
-	return "meanvc2", proc, func() { closeProcessor(proc); closeModel() }, nil
-}
-
-// loadMeanVC2 loads a MeanVC2 model on its own CPU engine, with a second one for the speaker
-// path so that embedding a new voice runs beside live streams instead of stalling them; with
-// cacheDir, speaker embeddings are kept there (and in memory) by clip content, so a voice is
-// embedded once.
-func loadMeanVC2(path string, threads int, cacheDir string) (*meanvc2.Model, func(), error) {
-	be, err := engine.NewCPU(threads)
-	if err != nil {
-		return nil, nil, err
-	}
-	spk, err := engine.NewCPU(threads)
-	if err != nil {
-		be.Close()
-		return nil, nil, err
-	}
-	m, err := meanvc2.LoadWith(path, be, spk)
-	if err != nil {
-		be.Close()
-		spk.Close()
-		return nil, nil, err
-	}
-	if m.Embeddings, err = embcache.New(cacheDir); err != nil {
-		m.Close()
-		be.Close()
-		spk.Close()
-		return nil, nil, err
-	}
-	return m, func() { m.Close(); be.Close(); spk.Close() }, nil
-}
-
-// maxRefSeconds is how much of a reference clip is embedded: a few seconds of speech already
-// give the voice, and the speaker path's time grows with the clip.
-const maxRefSeconds = 20
-
-// meanVC2Processor makes a MeanVC2 processor into the voice of a reference clip (its first
-// maxRefSeconds).
-func meanVC2Processor(m *meanvc2.Model, clip []float32, rate int) (stream.Processor, error) {
-	if n := maxRefSeconds * rate; rate > 0 && len(clip) > n {
-		clip = clip[:n]
-	}
-	target, err := m.VoiceFromClip(clip, rate)
-	if err != nil {
-		return nil, err
-	}
-	return voice.MeanVC2Processor(m, target)
-}
-
-// closeProcessor frees a processor that holds model memory.
-func closeProcessor(p stream.Processor) {
-	if c, ok := p.(interface{ Close() }); ok {
-		c.Close()
-	}
+	return "meanvc2", proc, func() { voice.Close(proc); closeModel() }, nil
 }
 
 // applyVoiceParams sets the dsp voice's pitch and formant; other voices take none.

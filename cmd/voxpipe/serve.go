@@ -19,17 +19,15 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/buffers"
-	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/voice"
-	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/server/metrics"
-	"github.com/voxpipe/voxpipe/tts"
-	"github.com/voxpipe/voxpipe/voice/library"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/tts"
+	"github.com/voxpipe/voxpipe/voice"
+	"github.com/voxpipe/voxpipe/voice/library"
 	"github.com/voxpipe/voxpipe/web"
 )
 
@@ -175,27 +173,27 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	var newProcessor func(owner, voice, ref string) (stream.Processor, error)
 	if o.vcModel != "" {
 		fmt.Fprintf(stdout, "loading %s…\n", o.vcModel)
-		m, closeModel, err := loadMeanVC2(o.vcModel, o.threads, filepath.Join(o.voicesDir, "embeddings"))
+		m, closeModel, err := voice.LoadMeanVC2(o.vcModel, o.threads, filepath.Join(o.voicesDir, "embeddings"))
 		if err != nil {
 			return nil, err
 		}
 		a.closers = append(a.closers, closeModel)
-		vc := &vcVoices{model: m, lib: lib, defaultRef: o.vcRef}
+		vc := &voice.MeanVC2Voices{Model: m, Library: lib, DefaultRef: o.vcRef}
 		// Listed with the built-in voices; a session's ref reaches it through NewProcessor.
-		voices.Register("meanvc2", func() (stream.Processor, error) { return vc.processor(auth.Admin, "") })
+		voices.Register("meanvc2", func() (stream.Processor, error) { return vc.Processor(auth.Admin, "") })
 		newProcessor = func(owner, voice, ref string) (stream.Processor, error) {
 			if voice != "meanvc2" {
 				return nil, nil
 			}
-			return vc.processor(owner, ref)
+			return vc.Processor(owner, ref)
 		}
 		if o.vcRef != "" {
 			// Embed the default voice now: a bad clip fails the start, not every session.
-			p, err := vc.processor(auth.Admin, "")
+			p, err := vc.Processor(auth.Admin, "")
 			if err != nil {
 				return nil, fmt.Errorf("--vc-ref: %w", err)
 			}
-			closeProcessor(p)
+			voice.Close(p)
 		}
 	} else if o.vcRef != "" {
 		return nil, errors.New("--vc-ref needs --vc-model")
@@ -204,7 +202,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	if err != nil {
 		return nil, fmt.Errorf("--voice: %w", err)
 	}
-	closeProcessor(def) // made only to check the voice
+	voice.Close(def) // made only to check the voice
 	met := metrics.New()
 	var sessions *auth.SessionLimit
 	if o.sessionsPerKey > 0 {
@@ -296,66 +294,3 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	})
 	return a, nil
 }
-
-// vcVoices makes MeanVC2 processors whose target voice is a reference clip: a voice library
-// entry, or the operator's default (--vc-ref: a WAV path or a library entry). Embeddings are
-// cached by clip content (Model.Embeddings), so a voice is embedded once.
-type vcVoices struct {
-	model      *meanvc2.Model
-	lib        *library.Library
-	defaultRef string
-}
-
-// processor makes a MeanVC2 processor for ref ("" for the default), which must be one of
-// owner's voices. Errors say what the client did wrong: an unknown ref wraps
-// stream.ErrUnknownVoice, an unusable clip or no ref at all rtc.ErrBadParams.
-func (v *vcVoices) processor(owner, ref string) (stream.Processor, error) {
-	var clip []float32
-	var rate int
-	var err error
-	switch {
-	case ref == "" && v.defaultRef == "":
-		return nil, marked{errors.New(`voice meanvc2 needs a target voice: send "ref" (a voice library id or name; upload a clip with POST /v1/voices), or start the server with --vc-ref`), rtc.ErrBadParams}
-	case ref == "" && strings.HasSuffix(strings.ToLower(v.defaultRef), ".wav"):
-		// Only the operator's default may be a file path; a client's ref is always looked
-		// up in the library, so no session can name a file on the server.
-		ref = v.defaultRef
-		var a *wav.Audio
-		if a, err = wav.ReadFile(ref); err == nil {
-			clip, rate = a.Mono(), a.SampleRate
-		}
-	default:
-		// A client's ref must be one of owner's voices; the operator's default is used with
-		// admin rights, also when a client names it and has no voice of that name.
-		principal := owner
-		if ref == "" {
-			ref, principal = v.defaultRef, auth.Admin
-		}
-		clip, rate, err = v.lib.Clip(principal, ref)
-		if errors.Is(err, library.ErrNotFound) && principal != auth.Admin && ref == v.defaultRef {
-			clip, rate, err = v.lib.Clip(auth.Admin, ref)
-		}
-		if errors.Is(err, library.ErrNotFound) {
-			return nil, marked{fmt.Errorf("ref %q: %w (upload it with POST /v1/voices)", ref, err), stream.ErrUnknownVoice}
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ref %q: %w", ref, err)
-	}
-	p, err := meanVC2Processor(v.model, clip, rate)
-	switch {
-	case errors.Is(err, meanvc2.ErrBadReference):
-		return nil, marked{fmt.Errorf("ref %q: %w", ref, err), rtc.ErrBadParams}
-	case err != nil:
-		return nil, fmt.Errorf("ref %q: %w", ref, err)
-	}
-	return p, nil
-}
-
-// marked is an error that errors.Is also matches with kind, its message unchanged.
-type marked struct {
-	error
-	kind error
-}
-
-func (e marked) Unwrap() []error { return []error{e.error, e.kind} }
