@@ -38,8 +38,7 @@ func keyedServer(t *testing.T, cfg rtc.Config, perKey int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	srv.Register(mux)
+	mux := routes(srv)
 	h := cfg.Sessions.Middleware(mux, func(p string) bool { return p == "/v1/rtc" })
 	hs := httptest.NewServer(keys.Middleware(h, nil))
 	t.Cleanup(func() { srv.Close(); hs.Close() })

@@ -568,9 +568,9 @@ func (p *peer) runClock(ctx context.Context, f *mediaFrame) {
 		}
 		next = next.Add(-p.phaseStep(f))
 		if acc.frames >= 1000/frameMs {
-			st := p.stats(&acc)
+			st, report := p.stats(&acc)
 			if p.srv.cfg.OnStats != nil {
-				p.srv.cfg.OnStats(st)
+				p.srv.cfg.OnStats(report)
 			}
 			p.send(st)
 			acc = statsAccumulator{}
@@ -725,15 +725,16 @@ func ms(d time.Duration, n int) float64 {
 }
 
 // stats builds the once-a-second report.
-func (p *peer) stats(acc *statsAccumulator) StatsMessage {
+func (p *peer) stats(acc *statsAccumulator) (StatsMessage, SessionReport) {
 	p.jbMu.Lock()
 	js := p.jb.Stats()
 	p.jbMu.Unlock()
-	p.mu.Lock()
 	st := p.sess.Stats()
 	alg := p.sess.AlgorithmicLatency()
+	p.mu.Lock()
 	voice, pass := p.voiceName, p.passthrough
 	p.mu.Unlock()
+	report := SessionReport{ID: p.id, Stream: st, Shed: js.Shed, JitterTarget: js.Target}
 	p.fecTotal += acc.fecRecovered
 	p.plcTotal += acc.plcFrames
 	load := 0.0
@@ -760,5 +761,5 @@ func (p *peer) stats(acc *statsAccumulator) StatsMessage {
 			PLCFrames: p.plcTotal, Underflows: js.Underflows, Shed: js.Shed},
 		Latency: LatencyStats{Server: lat, Algorithmic: ms(alg, 1), Jitter: ms(js.Target, 1)},
 		Load:    load,
-	}
+	}, report
 }

@@ -45,8 +45,9 @@ type Config struct {
 	Logger    *slog.Logger
 	// OnSession, if set, is told about every session that starts and ends (for metrics).
 	OnSession func(id string, started bool)
-	// OnStats, if set, gets every once-a-second stats report (for metrics).
-	OnStats func(StatsMessage)
+	// OnStats, if set, gets every live session's once-a-second report (for metrics and the
+	// OBS sync), from the stream's own counters.
+	OnStats func(SessionReport)
 	// Synthesizers serve sessions in text-to-speech mode ({"type":"session","mode":"tts"});
 	// TTSAdmission, if set, bounds their concurrent synthesis per model (shared with the TTS
 	// WebSocket so that both count against the same slots).
@@ -159,6 +160,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.run(s.ctx)
 	s.removePeer(p)
 	log.Info("session ended")
+}
+
+// SessionReport is a live session's once-a-second report for the server's observers: the
+// stream's cumulative counters and what the network side adds to them.
+type SessionReport struct {
+	ID           string
+	Stream       stream.Stats  // the session's counters and its last measured latency
+	Shed         int           // frames the jitter buffer shed, in all
+	JitterTarget time.Duration // the jitter buffer's current target delay
 }
 
 // newID makes an unguessable id (128 random bits): a session id is what WHEP viewers and

@@ -24,14 +24,6 @@ import (
 // maxViewers bounds the WHEP viewers of one session.
 const maxViewers = 8
 
-// Register adds the signaling, WHIP and WHEP routes to mux.
-func (s *Server) Register(mux *http.ServeMux) {
-	mux.Handle("/v1/rtc", s)
-	mux.HandleFunc("POST /v1/whip", s.whip)
-	mux.HandleFunc("DELETE /v1/whip/{id}", s.whipDelete)
-	mux.HandleFunc("POST /v1/whep/{session}", s.whep)
-	mux.HandleFunc("DELETE /v1/whep/{session}/{viewer}", s.whepDelete)
-}
 
 func (s *Server) addPeer(p *peer) {
 	s.mu.Lock()
@@ -102,10 +94,10 @@ func writeAnswer(w http.ResponseWriter, location, sdp string) {
 	io.WriteString(w, sdp)
 }
 
-// whip starts a session from an offer. The voice and its settings come from the query:
+// WHIP (POST /v1/whip) starts a session from an offer. The voice and its settings come from the query:
 // ?voice=dsp&pitch_semitones=4 (any other numeric parameter is a voice parameter), &ref=ID
 // for voices that take a reference clip.
-func (s *Server) whip(w http.ResponseWriter, r *http.Request) {
+func (s *Server) WHIP(w http.ResponseWriter, r *http.Request) {
 	offer, ok := s.readOffer(w, r)
 	if !ok {
 		return
@@ -178,7 +170,8 @@ func (s *Server) whip(w http.ResponseWriter, r *http.Request) {
 	writeAnswer(w, "/v1/whip/"+id, p.answerSDP)
 }
 
-func (s *Server) whipDelete(w http.ResponseWriter, r *http.Request) {
+// WHIPDelete (DELETE /v1/whip/{id}) ends a WHIP session.
+func (s *Server) WHIPDelete(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	p, ok := s.peers[r.PathValue("id")]
 	s.mu.Unlock()
@@ -192,9 +185,9 @@ func (s *Server) whipDelete(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// whep lets a viewer receive a live session's output track: one the viewer's key made
+// WHEP (POST /v1/whep/{session}) lets a viewer receive a live session's output track: one the viewer's key made
 // (an admin key may view any).
-func (s *Server) whep(w http.ResponseWriter, r *http.Request) {
+func (s *Server) WHEP(w http.ResponseWriter, r *http.Request) {
 	offer, ok := s.readOffer(w, r)
 	if !ok {
 		return
@@ -318,7 +311,8 @@ func (s *Server) dropViewer(vid string) {
 	}
 }
 
-func (s *Server) whepDelete(w http.ResponseWriter, r *http.Request) {
+// WHEPDelete (DELETE /v1/whep/{session}/{viewer}) hangs up a viewer.
+func (s *Server) WHEPDelete(w http.ResponseWriter, r *http.Request) {
 	vid := r.PathValue("viewer")
 	s.mu.Lock()
 	v, ok := s.viewers[vid]

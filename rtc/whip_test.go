@@ -35,6 +35,17 @@ func pionAPI(t *testing.T) *webrtc.API {
 	return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(ir), webrtc.WithSettingEngine(se))
 }
 
+// routes serves srv's endpoints on the paths server/ gives them.
+func routes(srv *rtc.Server) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/rtc", srv)
+	mux.HandleFunc("POST /v1/whip", srv.WHIP)
+	mux.HandleFunc("DELETE /v1/whip/{id}", srv.WHIPDelete)
+	mux.HandleFunc("POST /v1/whep/{session}", srv.WHEP)
+	mux.HandleFunc("DELETE /v1/whep/{session}/{viewer}", srv.WHEPDelete)
+	return mux
+}
+
 // postSDP does the WHIP/WHEP exchange: offer (all candidates) → 201 answer + Location.
 // A key, if given, is sent as a Bearer token.
 func postSDP(t *testing.T, pc *webrtc.PeerConnection, url string, key ...string) (string, int) {
@@ -81,8 +92,7 @@ func TestWHIPIngestWHEPEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	srv.Register(mux)
+	mux := routes(srv)
 	hs := httptest.NewServer(mux)
 	defer func() { srv.Close(); hs.Close() }()
 	api := pionAPI(t)

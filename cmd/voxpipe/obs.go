@@ -32,11 +32,11 @@ func newOBSSync(ctx context.Context, url, input string, log *slog.Logger) *obsSy
 
 // Stats is an rtc OnStats hook: a session's measured latency (server side plus the jitter
 // target the client sees) becomes the wanted offset.
-func (o *obsSync) Stats(st rtc.StatsMessage) {
-	if st.Latency.Server <= 0 {
+func (o *obsSync) Stats(r rtc.SessionReport) {
+	if r.Stream.Latency <= 0 {
 		return
 	}
-	d := time.Duration((st.Latency.Server + st.Latency.Jitter) * float64(time.Millisecond))
+	d := r.Stream.Latency + r.JitterTarget
 	o.mu.Lock()
 	o.pending = d.Round(time.Millisecond)
 	o.mu.Unlock()

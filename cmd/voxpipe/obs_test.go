@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/obsws/obstest"
+	"github.com/voxpipe/voxpipe/rtc"
+	"github.com/voxpipe/voxpipe/stream"
 )
 
 // TestOBSSync: session stats set the OBS input's sync offset to the measured latency, and
@@ -33,13 +34,19 @@ func TestOBSSync(t *testing.T) {
 		got, _ := obs.Offset("voxpipe")
 		t.Fatalf("offset %v ms, want %v", got, want)
 	}
-	s.Stats(rtc.StatsMessage{Latency: rtc.LatencyStats{Server: 44.2, Jitter: 20}})
+	s.Stats(report(44.2, 20))
 	wait(64)
-	s.Stats(rtc.StatsMessage{Latency: rtc.LatencyStats{Server: 50, Jitter: 20}}) // +6 ms: kept
+	s.Stats(report(50, 20)) // +6 ms: kept
 	time.Sleep(100 * time.Millisecond)
 	if got, _ := obs.Offset("voxpipe"); got != 64 {
 		t.Errorf("small change sent: %v", got)
 	}
-	s.Stats(rtc.StatsMessage{Latency: rtc.LatencyStats{Server: 230, Jitter: 40}})
+	s.Stats(report(230, 40))
 	wait(270)
+}
+
+// report is a live session's report with a measured latency and a jitter target, in ms.
+func report(latency, jitter float64) rtc.SessionReport {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	return rtc.SessionReport{Stream: stream.Stats{Latency: ms(latency)}, JitterTarget: ms(jitter)}
 }

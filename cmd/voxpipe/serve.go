@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,13 +21,13 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
+	"github.com/voxpipe/voxpipe/server"
 	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/server/metrics"
 	"github.com/voxpipe/voxpipe/stream"
 	"github.com/voxpipe/voxpipe/tts"
 	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/voice/library"
-	"github.com/voxpipe/voxpipe/web"
 )
 
 // serveOptions are serve's settings (its flags).
@@ -248,7 +247,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		octx, cancel := context.WithCancel(context.Background())
 		a.closers = append(a.closers, cancel)
 		obs := newOBSSync(octx, o.obsURL, o.obsInput, log)
-		onStats = func(st rtc.StatsMessage) { met.VCStats(st); obs.Stats(st) }
+		onStats = func(r rtc.SessionReport) { met.VCStats(r); obs.Stats(r) }
 	}
 	srv, err := rtc.NewServer(rtc.Config{
 		Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice, Jitter: buffers.JitterConfig{Target: o.jitter},
@@ -261,36 +260,11 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { srv.Close(); ttsSrv.Close() })
-	mux := http.NewServeMux()
-	srv.Register(mux) // /v1/rtc signaling, WHIP ingest, WHEP egress
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"status": "ok", "sessions": srv.Active(), "tts_streams": ttsSrv.Active()})
-	})
-	mux.HandleFunc("GET /v1/voices", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"voices": lib.List(auth.PrincipalOf(r.Context())), "processors": voices.Names(), "default": o.voice,
-			"tts_models": synths.Names()})
-	})
-	lib.Register(mux)
-	mux.Handle("/v1/tts/ws", ttsSrv)
-	mux.HandleFunc("/v1/audio/speech", ttsSrv.Speech)
-	mux.Handle("GET /metrics", met.Handler())
-	mux.Handle("/", web.Handler())
 	keys, err := auth.NewKeys(o.apiKeys, o.adminKeys...)
 	if err != nil {
 		return nil, err
 	}
-	// With keys, everything but the static pages and the health check needs one.
-	long := func(path string) bool {
-		return path == "/v1/rtc" || path == "/v1/tts/ws" || path == "/v1/audio/speech"
-	}
-	h := sessions.Middleware(mux, long)
-	if !keys.Enabled() {
-		h = auth.GuardLocal(h) // loopback only: refuse DNS-rebound hosts and cross-site posts
-	}
-	a.handler = keys.Middleware(h, func(path string) bool {
-		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics"
-	})
+	a.handler = server.New(server.Config{RTC: srv, TTS: ttsSrv, Library: lib, Voices: voices, Synthesizers: synths,
+		DefaultVoice: o.voice, Keys: keys, Sessions: sessions, Metrics: met})
 	return a, nil
 }

@@ -31,12 +31,12 @@ type Metrics struct {
 	droppedMs prometheus.Counter
 
 	mu   sync.Mutex
-	last map[string]rtc.StatsMessage // per live session: the previous totals, for deltas
+	last map[string]rtc.SessionReport // per live session: the previous totals, for deltas
 }
 
 // New registers the collectors, plus Go runtime and process metrics.
 func New() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), last: map[string]rtc.StatsMessage{}}
+	m := &Metrics{reg: prometheus.NewRegistry(), last: map[string]rtc.SessionReport{}}
 	lat := []float64{.02, .04, .06, .08, .1, .15, .2, .3, .5, 1, 2}
 	m.sessions = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "voxpipe_sessions",
 		Help: "Open sessions by mode (vc: live voice over WebRTC; tts_ws, tts_http: text to speech streams)."}, []string{"mode"})
@@ -85,19 +85,22 @@ func (m *Metrics) VCSession(id string, started bool) {
 	}
 }
 
-// VCStats is rtc.Config.OnStats: a live session's once-a-second report.
-func (m *Metrics) VCStats(s rtc.StatsMessage) {
+// VCStats is rtc.Config.OnStats: a live session's once-a-second report, from the stream's
+// own counters (plus the frames its jitter buffer shed).
+func (m *Metrics) VCStats(r rtc.SessionReport) {
 	m.mu.Lock()
-	prev := m.last[s.SessionID]
-	m.last[s.SessionID] = s
+	prev := m.last[r.ID]
+	m.last[r.ID] = r
 	m.mu.Unlock()
-	if s.Latency.Server > 0 {
-		m.latency.Observe(s.Latency.Server / 1000)
+	s, p := r.Stream, prev.Stream
+	if s.Latency > 0 {
+		m.latency.Observe(s.Latency.Seconds())
 	}
-	m.queueAge.Observe(s.Queue.AgeMs / 1000)
-	m.late.Add(float64(max(0, s.LateChunks-prev.LateChunks)))
-	m.dropped.Add(float64(max(0, s.DroppedChunks-prev.DroppedChunks)))
-	m.droppedMs.Add(max(0, s.DroppedMs-prev.DroppedMs) / 1000)
+	m.queueAge.Observe(s.QueueAge.Seconds())
+	m.late.Add(float64(max(0, s.LateChunks-p.LateChunks)))
+	m.dropped.Add(float64(max(0, s.DroppedChunks+r.Shed-p.DroppedChunks-prev.Shed)))
+	shed := time.Duration(r.Shed-prev.Shed) * 20 * time.Millisecond // a shed frame is 20 ms
+	m.droppedMs.Add(max(0, (s.Dropped - p.Dropped + shed).Seconds()))
 }
 
 // TTSDone records a finished text-to-speech stream.

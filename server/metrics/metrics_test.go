@@ -30,10 +30,11 @@ func TestMetrics(t *testing.T) {
 	m.Session("tts_ws", true)
 	m.Session("tts_ws", true)
 	m.Session("tts_ws", false)
-	st := rtc.StatsMessage{SessionID: "s1", LateChunks: 2, DroppedChunks: 1, DroppedMs: 20,
-		Latency: rtc.LatencyStats{Server: 45}, Queue: rtc.QueueStats{AgeMs: 30}}
+	st := rtc.SessionReport{ID: "s1", Stream: stream.Stats{LateChunks: 2, DroppedChunks: 1, Dropped: 20 * time.Millisecond,
+		Latency: 45 * time.Millisecond, QueueAge: 30 * time.Millisecond}}
 	m.VCStats(st)
-	st.LateChunks = 3 // totals grow: only the difference is added
+	st.Stream.LateChunks = 3 // totals grow: only the difference is added
+	st.Shed = 1              // and a jitter-buffer shed frame counts as dropped audio
 	m.VCStats(st)
 	m.TTSDone("miotts", 250*time.Millisecond, 2*time.Second, 0.4)
 	m.Rejected("miotts", "busy")
@@ -44,8 +45,8 @@ func TestMetrics(t *testing.T) {
 		`voxpipe_sessions{mode="vc"} 1`,
 		`voxpipe_sessions{mode="tts_ws"} 1`,
 		`voxpipe_late_chunks_total 3`,
-		`voxpipe_dropped_chunks_total 1`,
-		`voxpipe_dropped_audio_seconds_total 0.02`,
+		`voxpipe_dropped_chunks_total 2`,
+		`voxpipe_dropped_audio_seconds_total 0.04`,
 		`voxpipe_vc_latency_seconds_count 2`,
 		`voxpipe_tts_ttfa_seconds_bucket{model="miotts",le="0.3"} 1`,
 		`voxpipe_tts_audio_seconds_total{model="miotts"} 2`,

@@ -34,8 +34,7 @@ func serveKeys(t *testing.T, l *Library) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	l.Register(mux)
+	mux := routes(l)
 	srv := httptest.NewServer(keys.Middleware(mux, nil))
 	t.Cleanup(srv.Close)
 	return srv.URL

@@ -19,32 +19,35 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
-// Register adds the library's routes to mux: POST /v1/voices (multipart: name, file),
-// GET /v1/voices/{id}, DELETE /v1/voices/{id}. Listing is left to the caller, which merges
-// the library with the built-in voices (see List). Each request acts for its principal
-// (auth.PrincipalOf): it owns what it uploads, and sees and deletes only what it can see.
-func (l *Library) Register(mux *http.ServeMux) {
-	mux.HandleFunc("POST /v1/voices", l.upload)
-	mux.HandleFunc("GET /v1/voices/{id}", func(w http.ResponseWriter, r *http.Request) {
-		v, err := l.Get(auth.PrincipalOf(r.Context()), r.PathValue("id"))
-		if err != nil {
-			writeError(w, http.StatusNotFound, "not_found", err.Error())
-			return
-		}
-		writeJSON(w, http.StatusOK, v)
-	})
-	mux.HandleFunc("DELETE /v1/voices/{id}", func(w http.ResponseWriter, r *http.Request) {
-		if err := l.Delete(auth.PrincipalOf(r.Context()), r.PathValue("id")); err != nil {
-			if errors.Is(err, ErrNotFound) {
-				writeError(w, http.StatusNotFound, "not_found", err.Error())
-			} else {
-				l.internal(w, "delete", err)
-			}
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+// The HTTP handlers: POST /v1/voices (multipart: name, file) is Upload, GET
+// /v1/voices/{id} is Show and DELETE /v1/voices/{id} is Remove (server/ routes them; listing
+// is left to it, which merges the library with the built-in voices). Each request acts for
+// its principal (auth.PrincipalOf): it owns what it uploads, and sees and deletes only what
+// it can see.
+
+// Show answers one voice.
+func (l *Library) Show(w http.ResponseWriter, r *http.Request) {
+	v, err := l.Get(auth.PrincipalOf(r.Context()), r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
+
+// Remove deletes one voice.
+func (l *Library) Remove(w http.ResponseWriter, r *http.Request) {
+	if err := l.Delete(auth.PrincipalOf(r.Context()), r.PathValue("id")); err != nil {
+		if errors.Is(err, ErrNotFound) {
+			writeError(w, http.StatusNotFound, "not_found", err.Error())
+		} else {
+			l.internal(w, "delete", err)
+		}
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 
 // internal answers a server-side failure. The details (OS errors naming the library's
 // paths) go to the log only.
@@ -53,7 +56,8 @@ func (l *Library) internal(w http.ResponseWriter, op string, err error) {
 	writeError(w, http.StatusInternalServerError, "internal", "voice library: "+op+" failed on the server")
 }
 
-func (l *Library) upload(w http.ResponseWriter, r *http.Request) {
+// Upload adds a voice from a multipart form (fields name and file).
+func (l *Library) Upload(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, l.MaxBytes+64<<10)
 	mr, err := r.MultipartReader()
 	if err != nil {

@@ -1,0 +1,82 @@
+// Package server is voxpipe's one HTTP handler: every route is registered here, behind the
+// API keys (server/auth), the per-key session limit and, on a server without keys, the
+// local-only guard; /healthz and /metrics (server/metrics) are served from here too.
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/voxpipe/voxpipe/rtc"
+	"github.com/voxpipe/voxpipe/server/auth"
+	"github.com/voxpipe/voxpipe/server/metrics"
+	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/tts"
+	"github.com/voxpipe/voxpipe/voice/library"
+	"github.com/voxpipe/voxpipe/web"
+)
+
+// Config names the parts the handler serves. Keys may be the zero value (no keys: a
+// loopback server); Sessions may be nil (no per-key limit); Metrics may be nil.
+type Config struct {
+	RTC          *rtc.Server
+	TTS          *tts.Server
+	Library      *library.Library
+	Voices       *stream.Registry // the built-in and model voices, for the listing
+	Synthesizers *stream.Synthesizers
+	DefaultVoice string
+	Keys         *auth.Keys
+	Sessions     *auth.SessionLimit
+	Metrics      *metrics.Metrics
+}
+
+// New builds the handler.
+func New(c Config) http.Handler {
+	mux := http.NewServeMux()
+	// Live voice over WebRTC (docs/protocol.md).
+	mux.Handle("/v1/rtc", c.RTC)
+	mux.HandleFunc("POST /v1/whip", c.RTC.WHIP)
+	mux.HandleFunc("DELETE /v1/whip/{id}", c.RTC.WHIPDelete)
+	mux.HandleFunc("POST /v1/whep/{session}", c.RTC.WHEP)
+	mux.HandleFunc("DELETE /v1/whep/{session}/{viewer}", c.RTC.WHEPDelete)
+	// Text to speech.
+	mux.Handle("/v1/tts/ws", c.TTS)
+	mux.HandleFunc("/v1/audio/speech", c.TTS.Speech)
+	// Voices: the catalog and the library (docs/api.md).
+	mux.HandleFunc("GET /v1/voices", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"voices": c.Library.List(auth.PrincipalOf(r.Context())), "processors": c.Voices.Names(),
+			"default": c.DefaultVoice, "tts_models": c.Synthesizers.Names()})
+	})
+	mux.HandleFunc("POST /v1/voices", c.Library.Upload)
+	mux.HandleFunc("GET /v1/voices/{id}", c.Library.Show)
+	mux.HandleFunc("DELETE /v1/voices/{id}", c.Library.Remove)
+	// Operations.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"status": "ok", "sessions": c.RTC.Active(), "tts_streams": c.TTS.Active()})
+	})
+	if c.Metrics != nil {
+		mux.Handle("GET /metrics", c.Metrics.Handler())
+	}
+	// The pages.
+	mux.Handle("/", web.Handler())
+
+	// Sessions are counted on the long-lived requests here; WHIP sessions and WHEP viewers
+	// outlive their request and are counted by rtc with the same limit.
+	long := func(path string) bool {
+		return path == "/v1/rtc" || path == "/v1/tts/ws" || path == "/v1/audio/speech"
+	}
+	h := c.Sessions.Middleware(mux, long)
+	if !c.Keys.Enabled() {
+		h = auth.GuardLocal(h) // loopback only: refuse DNS-rebound hosts and cross-site posts
+	}
+	// With keys, everything but the pages and the health check needs one.
+	return c.Keys.Middleware(h, func(path string) bool {
+		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics"
+	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
