@@ -420,9 +420,6 @@ func (t *Tokenizer) Token(id int) (string, bool) {
 // IsSpecial reports whether id is an added token marked special.
 func (t *Tokenizer) IsSpecial(id int) bool { return id >= 0 && id < len(t.special) && t.special[id] }
 
-// AddedTokens returns the added tokens sorted by id (do not modify).
-func (t *Tokenizer) AddedTokens() []AddedToken { return t.addedL }
-
 // Encode returns the token ids of text.
 func (t *Tokenizer) Encode(text string) []int {
 	return t.AppendEncode(make([]int, 0, len(text)/3+1), text)

@@ -237,13 +237,6 @@ func (c *Client) Send(m any) error {
 	return c.ws.WriteJSON(m)
 }
 
-// SendRaw writes one raw text frame (for malformed-input tests).
-func (c *Client) SendRaw(b []byte) error {
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	return c.ws.WriteMessage(websocket.TextMessage, b)
-}
-
 func (c *Client) readLoop() {
 	defer close(c.done)
 	for {
