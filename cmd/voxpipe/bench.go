@@ -21,6 +21,7 @@ import (
 var benches = map[string]func(args []string, stdout, stderr io.Writer) error{
 	"miotts":   runBenchMioTTS,
 	"tts-load": runBenchTTSLoad,
+	"soak":     runBenchSoak,
 	"meanvc2":  runBenchMeanVC2,
 	"loopback": runBenchLoopback,
 	"planner":  runBenchPlanner,
@@ -39,6 +40,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
   gemv      one decode-step Linear (1×1024×3072) with F32, F16, Q8_0 (and Q8_0R8) weights: µs and GB/s
   dispatch  engine overhead per node on a graph of 1000 tiny ops
   tts-load  N concurrent TTS WebSocket sessions against a server: time to first audio p50/p95, rejected, late chunks, CPU
+  soak      WebRTC sessions and TTS streams joining and leaving for --minutes: server RSS, heap, goroutines, fds flat
   miotts    MioTTS + MioCodec: prefill, decode tokens/s, speaker embedding, codec RTF, time to first audio, peak RSS
   meanvc2   MeanVC2 streaming RTF and chunk p90, speaker embedding time and memory, WavLM arena, per-session memory, peak RSS, --sessions N`)
 		return errors.New("unknown or missing benchmark")
@@ -54,13 +56,19 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	seconds := fs.Float64("seconds", 10, "seconds of audio each session sends")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	server := fs.String("server", "", "benchmark a running server at this http:// URL instead of starting one (CPU is then not measured)")
+	model := fs.String("model", "", "MeanVC2 model (GGUF) for the server it starts: --voice meanvc2 converts into --ref")
+	ref := fs.String("ref", "", "target voice clip (WAV) for --model")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	if (*model == "") != (*ref == "") || *model != "" && *server != "" {
+		return errors.New("--model and --ref go together, for the server the bench starts (not with --server)")
 	}
 	if *sessions < 1 || *seconds < 1 {
 		return errors.New("--sessions must be ≥ 1 and --seconds ≥ 1")
 	}
-	res, err := benchLoopback(loopbackOptions{voice: *voice, pitch: *pitch, sessions: *sessions, seconds: *seconds, server: *server, log: stderr})
+	res, err := benchLoopback(loopbackOptions{voice: *voice, pitch: *pitch, sessions: *sessions, seconds: *seconds, server: *server,
+		model: *model, ref: *ref, log: stderr})
 	if err != nil {
 		return err
 	}
@@ -78,6 +86,8 @@ type loopbackOptions struct {
 	sessions int
 	seconds  float64
 	server   string
+	model    string // MeanVC2 model and target clip for the server the bench starts
+	ref      string
 	log      io.Writer
 }
 
@@ -106,7 +116,11 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	if base == "" {
 		var stop func()
 		var err error
-		base, pid, stop, err = startServer(o.log)
+		var extra []string
+		if o.model != "" {
+			extra = []string{"--vc-model", o.model, "--vc-ref", o.ref}
+		}
+		base, pid, stop, err = startServer(o.log, extra...)
 		if err != nil {
 			return nil, err
 		}
@@ -127,13 +141,19 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 			}
 		}
 	}()
+	var params map[string]float64
+	if o.voice == "dsp" {
+		params = map[string]float64{"pitch_semitones": o.pitch}
+	}
 	for i := range clients {
-		c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(base), Voice: o.voice,
-			Params: map[string]float64{"pitch_semitones": o.pitch}, Seed: uint64(i)})
+		c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(base), Voice: o.voice, Params: params, Seed: uint64(i)})
 		if err != nil {
 			return nil, fmt.Errorf("session %d: %w", i, err)
 		}
 		clients[i] = c
+		if err := checkVoice(c, o.voice); err != nil {
+			return nil, fmt.Errorf("session %d: %w", i, err)
+		}
 	}
 	cpu0, _ := cpuTime(pid)
 	t0 := time.Now()
@@ -191,6 +211,25 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// checkVoice fails when the server refused the session's voice or runs another one: a
+// bench must measure the voice it names (a refused voice used to leave the default
+// running, and the figures were the DSP voice's).
+func checkVoice(c *rtcclient.Client, voice string) error {
+	running := ""
+	for _, m := range c.Messages() {
+		switch m.Type {
+		case "error":
+			return fmt.Errorf("the server refused the session: %s: %s", m.Code, m.Message)
+		case "ready":
+			running = m.Voice
+		}
+	}
+	if voice != "" && running != voice {
+		return fmt.Errorf("asked for voice %q, the server runs %q", voice, running)
+	}
+	return nil
+}
+
 // startServer runs this binary's serve command on a free loopback port.
 func startServer(log io.Writer, extra ...string) (base string, pid int, stop func(), err error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -220,14 +259,15 @@ func startServer(log io.Writer, extra ...string) (base string, pid int, stop fun
 		}
 	}
 	base = "http://" + addr
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	// Up to 3 minutes: a server with real-size models loads them before it listens.
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if resp, err := http.Get(base + "/healthz"); err == nil {
 			resp.Body.Close()
 			return base, cmd.Process.Pid, stop, nil
 		}
 	}
 	stop()
-	return "", 0, nil, errors.New("server did not come up within 10 s")
+	return "", 0, nil, errors.New("server did not come up within 3 minutes")
 }
 
 // cpuTime reads a process's user+system CPU time from /proc.

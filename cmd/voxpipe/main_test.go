@@ -172,6 +172,11 @@ func TestBenchLoopbackReportsFigures(t *testing.T) {
 	if res.Chunks == 0 {
 		t.Error("no chunk counts from the server's stats")
 	}
+	// A voice the server does not run fails the bench instead of measuring the default.
+	if _, err := benchLoopback(loopbackOptions{voice: "meanvc2", sessions: 1, seconds: 1, server: hs.URL}); err == nil ||
+		!strings.Contains(err.Error(), "refused") {
+		t.Errorf("bench of a voice the server lacks: %v", err)
+	}
 }
 
 func TestTTSCommand(t *testing.T) {
