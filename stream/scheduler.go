@@ -125,7 +125,9 @@ func (s *Scheduler) work() {
 		s.mu.Unlock()
 		t0 := time.Now()
 		l.step()
-		s.busy.Add(int64(time.Since(t0)))
+		d := time.Since(t0)
+		s.busy.Add(int64(d))
+		l.noteStep(d)
 		// Cleared after the step, so a push during it re-queues the session here rather
 		// than have a second worker wait on it.
 		l.queued.Store(false)
@@ -147,10 +149,12 @@ type Live struct {
 	sched *Scheduler
 	log   *slog.Logger
 
-	queued  atomic.Bool   // a step is queued or running
-	work    sync.Mutex    // held while a step runs: one step of a session at a time
-	settled chan struct{} // signalled after each step
-	timer   *time.Timer   // Settle's, reused: the clock does not allocate per frame
+	queued  atomic.Bool      // a step is queued or running
+	work    sync.Mutex       // held while a step runs: one step of a session at a time
+	settled chan struct{}    // signalled after each step
+	timer   *time.Timer      // Settle's, reused: the clock does not allocate per frame
+	recent  [16]atomic.Int64 // the last steps' durations (ns), for Settle's budget
+	stepN   atomic.Uint64
 
 	inMu   sync.Mutex // guards the fields below
 	inbox  []float32  // input noted but not yet processed
@@ -213,12 +217,17 @@ func (l *Live) Push(in []float32, at time.Time) bool {
 	return l.sched.submit(l)
 }
 
-// Settle waits at most budget for the queued step to finish, and returns at once when none
-// is queued. A clock calls it between Push and Pull when Push started a step: a cheap
-// voice's output is then ready in the same tick (no frame of added latency), while a model
-// step just misses this tick — the wait is bounded whatever the model does. Only one
-// goroutine (the clock) may call it.
-func (l *Live) Settle(budget time.Duration) {
+func (l *Live) noteStep(d time.Duration) {
+	l.recent[l.stepN.Add(1)%uint64(len(l.recent))].Store(int64(d))
+}
+
+// Settle waits for the step that Push started, when the session's recent steps were all
+// short enough to finish within limit: a cheap voice's output (and a small model's) is
+// then ready in the same tick, so the clock adds no frame of latency. A session whose
+// steps run longer (a model step) is not waited for at all — its output is played when
+// it is ready — so the wait is bounded by limit whatever the model does, and only the
+// clock calls it.
+func (l *Live) Settle(limit time.Duration) {
 	select { // a signal from an earlier step
 	case <-l.settled:
 	default:
@@ -226,7 +235,14 @@ func (l *Live) Settle(budget time.Duration) {
 	if !l.queued.Load() {
 		return
 	}
-	l.timer.Reset(budget)
+	var longest time.Duration
+	for i := range l.recent {
+		longest = max(longest, time.Duration(l.recent[i].Load()))
+	}
+	if longest > limit {
+		return
+	}
+	l.timer.Reset(min(limit, longest*3/2+time.Millisecond))
 	select {
 	case <-l.settled:
 		l.timer.Stop() // Go ≥ 1.23 timers: no stale tick is delivered after Stop

@@ -105,8 +105,15 @@ type loopbackResult struct {
 	LatePercent   float64 `json:"late_chunks_percent"`
 	DroppedMs     float64 `json:"dropped_ms"`
 	ServerMs      float64 `json:"server_latency_ms_mean"`
-	ClicksSent    int     `json:"clicks_sent"`
-	ClicksFound   int     `json:"clicks_found"`
+	// The server's own measurement, once a second per session (what a voice model's output
+	// can be measured by when it turns clicks into something else), and its designed parts.
+	ServerP50      float64 `json:"server_latency_ms_p50"`
+	ServerP95      float64 `json:"server_latency_ms_p95"`
+	AlgorithmicMs  float64 `json:"algorithmic_ms"`
+	JitterTargetMs float64 `json:"jitter_target_ms"`
+	QueueMs        float64 `json:"output_queue_ms_mean"`
+	ClicksSent     int     `json:"clicks_sent"`
+	ClicksFound    int     `json:"clicks_found"`
 }
 
 // benchLoopback runs sessions through a real server over loopback WebRTC and measures the
@@ -174,9 +181,8 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 		return nil, err
 	}
 	res := &loopbackResult{Bench: "loopback", Voice: o.voice, Sessions: o.sessions, Seconds: o.seconds}
-	var all []time.Duration
-	var serverMs float64
-	var serverN int
+	var all, server []time.Duration
+	var jitter, queue float64
 	for _, c := range clients {
 		lat := rtcclient.ClickLatencies(pcm, clicks, c.SendTimes(), c.Received())
 		all = append(all, lat...)
@@ -189,10 +195,12 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 			res.DroppedMs += last.DroppedMs
 			for _, s := range st {
 				if s.Latency.Server > 0 {
-					serverMs += s.Latency.Server
-					serverN++
+					server = append(server, time.Duration(s.Latency.Server*float64(time.Millisecond)))
+					jitter += s.Latency.Jitter
+					queue += s.Queue.DepthMs
 				}
 			}
+			res.AlgorithmicMs = last.Latency.Algorithmic
 		}
 	}
 	res.LatencyP50 = ms(rtcclient.Percentile(all, 50))
@@ -200,8 +208,15 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	if res.Chunks > 0 {
 		res.LatePercent = 100 * float64(res.LateChunks) / float64(res.Chunks)
 	}
-	if serverN > 0 {
-		res.ServerMs = serverMs / float64(serverN)
+	if n := len(server); n > 0 {
+		var sum time.Duration
+		for _, d := range server {
+			sum += d
+		}
+		res.ServerMs = ms(sum) / float64(n)
+		res.ServerP50 = ms(rtcclient.Percentile(server, 50))
+		res.ServerP95 = ms(rtcclient.Percentile(server, 95))
+		res.JitterTargetMs, res.QueueMs = jitter/float64(n), queue/float64(n)
 	}
 	if pid != 0 && cpuErr == nil {
 		res.CPUPerSession = 100 * (cpu1 - cpu0).Seconds() / wall.Seconds() / float64(o.sessions)
