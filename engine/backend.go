@@ -12,6 +12,8 @@ import (
 // on the device and submits a whole program at once.
 type Backend interface {
 	Name() string
+	// Alloc (Allocator) places weights and state where the backend's programs read them.
+	Allocator
 	Compile(g *Graph) (Program, error)
 	Close()
 }
@@ -63,6 +65,11 @@ func (c *CPU) Name() string { return fmt.Sprintf("cpu(%d threads)", c.ctx.Thread
 // Close implements Backend.
 func (c *CPU) Close() { c.ctx.Close() }
 
+// Alloc implements Backend: the CPU reads host memory.
+func (c *CPU) Alloc(name string, dtype DType, shape ...int64) (*Buffer, error) {
+	return Host.Alloc(name, dtype, shape...)
+}
+
 type cpuProgram struct {
 	ctx     *cgo.Context
 	plan    *cgo.Plan
@@ -95,7 +102,11 @@ func (c *CPU) Compile(g *Graph) (Program, error) {
 		}
 		switch {
 		case t.kind == kindPersistent:
-			base[id] = t.persist.mem.Ptr()
+			h, ok := t.persist.mem.(hostMem)
+			if !ok {
+				return fail(fmt.Errorf("buffer %q is not in host memory (allocate it with this backend)", t.persist.name))
+			}
+			base[id] = h.b.Ptr()
 		case t.kind == kindInput || t.output != "":
 			name := t.name
 			if t.output != "" {

@@ -8,19 +8,69 @@ import (
 	"github.com/voxpipe/voxpipe/cgo"
 )
 
-// Buffer is persistent tensor memory (C memory, outside any arena): weights, KV caches,
-// streaming state, per-shape constants such as a relative-position-bias table. One Buffer can
-// serve any number of graphs and plans; it lives until Free.
+// Buffer is persistent tensor memory (outside any arena): weights, KV caches, streaming
+// state, per-shape constants such as a relative-position-bias table. The backend whose
+// programs read it allocates it (Allocator), so a device backend keeps it on the device. One
+// Buffer can serve any number of graphs and plans; it lives until Free.
 type Buffer struct {
 	name  string
 	shape []int64
 	dtype DType
-	mem   *cgo.Buffer
+	mem   Memory
 }
 
-// NewBuffer allocates a zeroed persistent buffer. For Q8_0 the innermost dimension must be a
-// whole number of 32-value blocks.
-func NewBuffer(name string, dtype DType, shape ...int64) (*Buffer, error) {
+// Allocator allocates zeroed persistent buffers. Every Backend is one; Host is the host
+// memory the CPU backend reads.
+type Allocator interface {
+	Alloc(name string, dtype DType, shape ...int64) (*Buffer, error)
+}
+
+// Memory is one allocation of a backend.
+type Memory interface {
+	Bytes() int64
+	// Write copies p into the memory from byte offset off.
+	Write(off int64, p []byte) error
+	Free()
+}
+
+// hostMem is host memory: the CPU backend's buffers, and any Buffer's views (Raw, Float32s).
+type hostMem struct{ b *cgo.Buffer }
+
+func (h hostMem) Bytes() int64 { return int64(h.b.Bytes()) }
+func (h hostMem) Free()        { h.b.Free() }
+func (h hostMem) bytes() []byte {
+	return unsafe.Slice((*byte)(h.b.Ptr()), h.b.Bytes())
+}
+
+func (h hostMem) Write(off int64, p []byte) error {
+	if off < 0 || off+int64(len(p)) > h.Bytes() {
+		return fmt.Errorf("engine: write of %d bytes at %d into %d", len(p), off, h.Bytes())
+	}
+	copy(h.bytes()[off:], p)
+	return nil
+}
+
+func hostAlloc(bytes int64) (Memory, error) {
+	b, err := cgo.Alloc(int(bytes))
+	if err != nil {
+		return nil, err
+	}
+	return hostMem{b}, nil
+}
+
+type hostAllocator struct{}
+
+func (hostAllocator) Alloc(name string, dtype DType, shape ...int64) (*Buffer, error) {
+	return AllocBuffer(hostAlloc, name, dtype, shape...)
+}
+
+// Host allocates buffers in host memory, the CPU backend's.
+var Host Allocator = hostAllocator{}
+
+// AllocBuffer is a zeroed buffer of dtype and shape in memory from alloc: what a backend's
+// Alloc does with its own memory. For Q8_0 the innermost dimension must be a whole number of
+// 32-value blocks.
+func AllocBuffer(alloc func(bytes int64) (Memory, error), name string, dtype DType, shape ...int64) (*Buffer, error) {
 	if !validShape(shape) {
 		return nil, fmt.Errorf("engine: buffer %q: invalid shape %v", name, shape)
 	}
@@ -28,30 +78,48 @@ func NewBuffer(name string, dtype DType, shape ...int64) (*Buffer, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("engine: buffer %q: shape %v does not fit dtype %s (Q8_0 rows are blocks of 32)", name, shape, dtypeName(dtype))
 	}
-	mem, err := cgo.Alloc(int(size))
+	mem, err := alloc(size)
 	if err != nil {
 		return nil, fmt.Errorf("engine: buffer %q: %w", name, err)
 	}
 	return &Buffer{name: name, shape: slices.Clone(shape), dtype: dtype, mem: mem}, nil
 }
 
-// NewBufferFrom copies float32 data of the given shape into a new persistent buffer.
+// NewBuffer allocates a zeroed persistent buffer in host memory (Host).
+func NewBuffer(name string, dtype DType, shape ...int64) (*Buffer, error) {
+	return Host.Alloc(name, dtype, shape...)
+}
+
+// NewBufferFrom is Upload to host memory.
 func NewBufferFrom(name string, data []float32, shape ...int64) (*Buffer, error) {
+	return Upload(Host, name, data, shape...)
+}
+
+// NewBufferRaw is UploadRaw to host memory.
+func NewBufferRaw(name string, dtype DType, raw []byte, shape ...int64) (*Buffer, error) {
+	return UploadRaw(Host, name, dtype, raw, shape...)
+}
+
+// Upload copies float32 data of the given shape into a new F32 buffer from a.
+func Upload(a Allocator, name string, data []float32, shape ...int64) (*Buffer, error) {
 	if int64(len(data)) != numel(shape) {
 		return nil, fmt.Errorf("engine: buffer %q: %d values for shape %v", name, len(data), shape)
 	}
-	b, err := NewBuffer(name, F32, shape...)
+	b, err := a.Alloc(name, F32, shape...)
 	if err != nil {
 		return nil, err
 	}
-	copy(b.Float32s(), data)
+	if err := b.mem.Write(0, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(data))), 4*len(data))); err != nil {
+		b.Free()
+		return nil, fmt.Errorf("engine: buffer %q: %w", name, err)
+	}
 	return b, nil
 }
 
-// NewBufferRaw copies already-encoded data (a GGUF tensor's bytes: Q8_0 blocks, F16 halves,
-// or F32/I32 little-endian values) into a new persistent buffer of that dtype and shape. For
-// Q8_0R8 (a 2-D weight) raw is GGUF Q8_0 and is repacked into the decode kernel's layout.
-func NewBufferRaw(name string, dtype DType, raw []byte, shape ...int64) (*Buffer, error) {
+// UploadRaw copies already-encoded data (a GGUF tensor's bytes: Q8_0 blocks, F16 halves, or
+// F32/I32 little-endian values) into a new buffer of that dtype and shape from a. For Q8_0R8
+// (a 2-D weight) raw is GGUF Q8_0 and is repacked into the decode kernel's layout.
+func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64) (*Buffer, error) {
 	if !validShape(shape) {
 		return nil, fmt.Errorf("engine: buffer %q: invalid shape %v", name, shape)
 	}
@@ -62,18 +130,28 @@ func NewBufferRaw(name string, dtype DType, raw []byte, shape ...int64) (*Buffer
 	if want := storageSize(in, shape); want < 0 || int64(len(raw)) != want {
 		return nil, fmt.Errorf("engine: buffer %q: %d bytes for %s %v (want %d)", name, len(raw), dtypeName(in), shape, want)
 	}
-	b, err := NewBuffer(name, dtype, shape...)
+	b, err := a.Alloc(name, dtype, shape...)
 	if err != nil {
 		return nil, err
 	}
 	if dtype == Q8_0R8 {
-		if err := cgo.RepackQ8_0R8(b.Raw(), raw, shape[0], shape[1]); err != nil {
+		packed := b.Raw() // host memory is repacked in place
+		if packed == nil {
+			packed = make([]byte, b.mem.Bytes())
+		}
+		if err := cgo.RepackQ8_0R8(packed, raw, shape[0], shape[1]); err != nil {
 			b.Free()
 			return nil, fmt.Errorf("engine: buffer %q: %w", name, err)
 		}
-		return b, nil
+		if b.Raw() != nil {
+			return b, nil
+		}
+		raw = packed
 	}
-	copy(b.Raw(), raw)
+	if err := b.mem.Write(0, raw); err != nil {
+		b.Free()
+		return nil, fmt.Errorf("engine: buffer %q: %w", name, err)
+	}
 	return b, nil
 }
 
@@ -135,8 +213,17 @@ func (b *Buffer) DType() DType { return b.dtype }
 // Bytes is the buffer's size (encoded size for Q8_0 and F16).
 func (b *Buffer) Bytes() int64 { return storageSize(b.dtype, b.shape) }
 
-// Raw views the memory as bytes (the encoded blocks of a Q8_0 or F16 buffer).
-func (b *Buffer) Raw() []byte { return unsafe.Slice((*byte)(b.mem.Ptr()), b.mem.Bytes()) }
+// Raw views host memory as bytes (the encoded blocks of a Q8_0 or F16 buffer); nil for a
+// device backend's memory, which is written through Write.
+func (b *Buffer) Raw() []byte {
+	if h, ok := b.mem.(hostMem); ok {
+		return h.bytes()
+	}
+	return nil
+}
+
+// Write copies encoded bytes into the buffer from byte offset off (any backend's memory).
+func (b *Buffer) Write(off int64, p []byte) error { return b.mem.Write(off, p) }
 
 // shapeOnly is a buffer with a shape and no memory: graphs built only to be planned (memory
 // benchmarks of real-size models) use it instead of gigabytes of weights.
@@ -144,11 +231,25 @@ func shapeOnly(name string, shape ...int64) *Buffer {
 	return &Buffer{name: name, shape: shape, dtype: F32}
 }
 
-// Float32s views the memory as float32s (F32 buffers).
-func (b *Buffer) Float32s() []float32 { return b.mem.Float32s() }
+// Float32s views host memory as float32s (F32 buffers); nil for device memory.
+func (b *Buffer) Float32s() []float32 {
+	if h, ok := b.mem.(hostMem); ok {
+		return h.b.Float32s()
+	}
+	return nil
+}
 
-// Int32s views the memory as int32s.
-func (b *Buffer) Int32s() []int32 { return b.mem.Int32s() }
+// Int32s views host memory as int32s; nil for device memory.
+func (b *Buffer) Int32s() []int32 {
+	if h, ok := b.mem.(hostMem); ok {
+		return h.b.Int32s()
+	}
+	return nil
+}
 
 // Free releases the memory; plans using it must not run afterwards.
-func (b *Buffer) Free() { b.mem.Free() }
+func (b *Buffer) Free() {
+	if b != nil && b.mem != nil {
+		b.mem.Free()
+	}
+}

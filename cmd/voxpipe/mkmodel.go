@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/weights"
 	"github.com/voxpipe/voxpipe/models/bpe"
 	"github.com/voxpipe/voxpipe/models/miocodec"
 	"github.com/voxpipe/voxpipe/models/qwen3"
@@ -112,42 +113,47 @@ func mkMioTTS(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []g
 	return kv, ts, files, "miotts " + key, err
 }
 
-// spec is a tensor to generate.
-type spec struct {
-	name  string
-	shape []int
+// namespaced is a model's tensor table with every name under ns ("weights/…").
+func namespaced(ns string, ts []weights.Spec) []weights.Spec {
+	out := make([]weights.Spec, len(ts))
+	for i, t := range ts {
+		t.Name = ns + "/" + t.Name
+		out[i] = t
+	}
+	return out
 }
 
 // randomTensors fills tensors like a freshly initialised model: vectors 1 + 0.1·N(0,1)
 // (norm scales, biases, BN statistics all stay positive-ish and O(1)), matrices and
-// convolutions N(0, 1/fan_in) so activations keep their scale through deep stacks.
-func randomTensors(specs []spec, seed uint64, dt gguf.DType, progress io.Writer) []gguf.WriteTensor {
+// convolutions N(0, 1/fan_in) so activations keep their scale through deep stacks. dt is
+// the stored type of the tensors the models keep encoded (Linear and embedding matrices).
+func randomTensors(specs []weights.Spec, seed uint64, dt gguf.DType, progress io.Writer) []gguf.WriteTensor {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	out := make([]gguf.WriteTensor, len(specs))
 	for i, s := range specs {
 		n := 1
-		for _, d := range s.shape {
+		for _, d := range s.Shape {
 			n *= d
 		}
 		data := make([]float32, n)
 		t := gguf.F32
-		if len(s.shape) == 1 || n == s.shape[0] {
+		if len(s.Shape) == 1 || n == s.Shape[0] {
 			for j := range data {
 				data[j] = float32(1 + 0.1*rng.NormFloat64())
 			}
 		} else {
-			fanIn := n / s.shape[0]
+			fanIn := n / s.Shape[0]
 			sd := 1 / math.Sqrt(float64(fanIn))
 			for j := range data {
 				data[j] = float32(sd * rng.NormFloat64())
 			}
-			// Only 2-D matrices whose rows fill whole Q8_0 blocks are stored quantised
-			// (what the engine's quantised Linear reads).
-			if len(s.shape) == 2 && (dt != gguf.Q8_0 || s.shape[1]%32 == 0) {
+			// Only the matrices the models keep encoded, with rows of whole Q8_0 blocks,
+			// are stored quantised (what the engine's quantised Linear and row gather read).
+			if s.Encoded && len(s.Shape) == 2 && (dt != gguf.Q8_0 || s.Shape[1]%32 == 0) {
 				t = dt
 			}
 		}
-		out[i] = gguf.WriteTensor{Name: s.name, Shape: s.shape, Type: t, Data: data}
+		out[i] = gguf.WriteTensor{Name: s.Name, Shape: s.Shape, Type: t, Data: data}
 		if (i+1)%100 == 0 {
 			fmt.Fprintf(progress, "  %d/%d tensors\n", i+1, len(specs))
 		}
@@ -176,13 +182,7 @@ func mkMioCodec(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, [
 	if o.dims != "real" {
 		return nil, nil, nil, "", errors.New("miocodec: only --dims real (the tiny model is the golden one)")
 	}
-	var specs []spec
-	for _, t := range miocodec.RealTensors() {
-		specs = append(specs, spec{"weights/" + t.Name, t.Shape})
-	}
-	for _, t := range wavlm.RealBasePlus().Tensors() {
-		specs = append(specs, spec{"wavlm_weights/" + t.Name, t.Shape})
-	}
+	specs := append(namespaced("weights", miocodec.RealTensors()), namespaced("wavlm_weights", wavlm.RealBasePlus().Tensors())...)
 	kv, err := packagedKV("miocodec", "miocodec-25hz-44k-v2-random")
 	if err != nil {
 		return nil, nil, nil, "", err

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/voxpipe/voxpipe/dsp"
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/weights"
 	"github.com/voxpipe/voxpipe/models/conformer"
 	"github.com/voxpipe/voxpipe/models/ecapa"
 	"github.com/voxpipe/voxpipe/models/meanvc2"
@@ -51,24 +53,10 @@ func mvc2Tiny() mvc2Dims {
 }
 
 // specs lists every tensor under its namespace, in the published file's namespace order.
-func (d mvc2Dims) specs() []spec {
-	var out []spec
-	for _, t := range d.vc.Tensors() {
-		out = append(out, spec{"vc/" + t.Name, t.Shape})
-	}
-	for _, t := range vocos.Tensors(d.vocos) {
-		out = append(out, spec{"vocos/" + t.Name, t.Shape})
-	}
-	for _, t := range d.asr.Tensors() {
-		out = append(out, spec{conformer.Namespace + "/" + t.Name, t.Shape})
-	}
-	for _, t := range d.wavlm.Tensors() {
-		out = append(out, spec{"speaker_wavlm/" + t.Name, t.Shape})
-	}
-	for _, t := range ecapa.Tensors(d.ecapa) {
-		out = append(out, spec{"speaker_ecapa/" + t.Name, t.Shape})
-	}
-	return out
+func (d mvc2Dims) specs() []weights.Spec {
+	return slices.Concat(namespaced("vc", d.vc.Tensors()), namespaced("vocos", vocos.Tensors(d.vocos)),
+		namespaced(conformer.Namespace, d.asr.Tensors()), namespaced("speaker_wavlm", d.wavlm.Tensors()),
+		namespaced("speaker_ecapa", ecapa.Tensors(d.ecapa)))
 }
 
 // convFeatureLayers writes the conv stack in fairseq's string form, runs of equal layers

@@ -147,11 +147,11 @@ func TestMeanVC2RealConfigAgreesWithTensors(t *testing.T) {
 	ns := map[string]bool{}
 	for _, s := range d.specs() {
 		n := int64(4)
-		for _, x := range s.shape {
+		for _, x := range s.Shape {
 			n *= int64(x)
 		}
 		bytes += n
-		ns[s.name[:strings.IndexByte(s.name, '/')]] = true
+		ns[s.Name[:strings.IndexByte(s.Name, '/')]] = true
 	}
 	if len(ns) != len(meanvc2.Namespaces) || bytes < 1.46e9 || bytes > 1.48e9 {
 		t.Errorf("%d namespaces, %d bytes of F32 weights", len(ns), bytes)

@@ -12,6 +12,9 @@ import (
 type Spec struct {
 	Name  string
 	Shape []int
+	// Encoded: the tensor feeds only Linear or GatherRows, so a file may store it quantised
+	// and the engine keeps it so.
+	Encoded bool
 }
 
 // Mem is an in-memory Source (tests, random models).
@@ -24,6 +27,12 @@ func (m Mem) Get(name string) ([]float32, []int, error) {
 		return nil, nil, fmt.Errorf("no tensor %s", name)
 	}
 	return t.Data, t.Shape, nil
+}
+
+// Shape reports a tensor's shape.
+func (m Mem) Shape(name string) ([]int, bool) {
+	t, ok := m[name]
+	return t.Shape, ok
 }
 
 // Has reports whether the map has the tensor.

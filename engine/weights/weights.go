@@ -38,6 +38,10 @@
 //   - "-" skips the field. Untagged fields of other types (config values a model keeps next
 //     to its weights) are ignored; unexported fields must not be tagged.
 //
+// Leaf types (models/nn's tensors) bind like Tensor fields but load themselves, through
+// BindTo, into buffers of a backend; a model's tensor table (Specs) is read from the same
+// declaration, so every tensor's name and shape are written once.
+//
 // Shape checks: a Tensor whose Shape the caller filled in before Bind must match it, -1
 // being a wildcard for one dimension (rank must match). Bind reports every missing,
 // misshapen or unloadable tensor at once in a *BindError; misshapen fields are left as they
@@ -48,8 +52,12 @@ package weights
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/engine/gguf"
 )
 
 // Tensor is a bound weight: its values row-major in Shape (PyTorch order, outermost first).
@@ -132,6 +140,27 @@ func (e *BindError) Error() string {
 
 var tensorType = reflect.TypeFor[Tensor]()
 
+// Leaf is a field type that binds one tensor itself, through its pointer: models/nn's
+// tensors, which load straight into backend buffers. Bind treats it like a Tensor field
+// (names, alternatives, optional, shape check against Want).
+type Leaf interface {
+	// Want is the expected shape (nil: any; -1 a wildcard dimension).
+	Want() []int
+	// Load binds the tensor name of src, whose shape (checked) is shape, to memory from a.
+	Load(src Source, name string, shape []int, a engine.Allocator) error
+}
+
+var leafType = reflect.TypeFor[Leaf]()
+
+// Requirer is implemented by Leaf types that make an ",optional" field required once the
+// model declares it (models/nn: a bias that a layer was declared with).
+type Requirer interface{ Required() bool }
+
+// isLeaf reports whether a field of type t binds one tensor.
+func isLeaf(t reflect.Type) bool {
+	return t == tensorType || reflect.PointerTo(t).Implements(leafType)
+}
+
 // maxProbe bounds slice probing (a source holds finitely many tensors, so it stops far
 // earlier; this guards against a Source whose Has always says yes).
 const maxProbe = 1 << 16
@@ -139,7 +168,10 @@ const maxProbe = 1 << 16
 // Bind fills the Tensor fields of the struct dst points to from src (see the package
 // documentation for the tags). It returns a *BindError listing every missing, misshapen or
 // unloadable tensor, or another error for a mistake in dst's declaration.
-func Bind(src Source, dst any) error {
+func Bind(src Source, dst any) error { return BindTo(src, nil, dst) }
+
+// BindTo is Bind for structs with Leaf fields, which load into buffers from a (a Backend).
+func BindTo(src Source, a engine.Allocator, dst any) error {
 	v := reflect.ValueOf(dst)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("weights: Bind needs a non-nil pointer to a struct, got %T", dst)
@@ -152,7 +184,7 @@ func Bind(src Source, dst any) error {
 	if err := checkStruct(typ, name, map[reflect.Type]bool{}); err != nil {
 		return fmt.Errorf("weights: %w", err)
 	}
-	b := &binder{src: src, e: &BindError{Type: name}}
+	b := &binder{src: src, alloc: a, e: &BindError{Type: name}}
 	if p, ok := src.(prefixer); ok {
 		b.display = p.Prefix()
 	}
@@ -226,7 +258,7 @@ func checkStruct(typ reflect.Type, path string, open map[reflect.Type]bool) erro
 		}
 		ft := f.Type
 		switch {
-		case ft == tensorType:
+		case isLeaf(ft):
 			if len(t.alts) == 0 {
 				return fmt.Errorf("%s: Tensor field needs a gguf tag with its name", fpath)
 			}
@@ -242,7 +274,7 @@ func checkStruct(typ reflect.Type, path string, open map[reflect.Type]bool) erro
 			}
 		case ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array:
 			et := ft.Elem()
-			if et != tensorType && et.Kind() != reflect.Struct {
+			if !isLeaf(et) && et.Kind() != reflect.Struct {
 				if t.tagged {
 					return fmt.Errorf("%s: %s cannot be bound (want Tensor, a struct, or a slice or array of them)", fpath, ft)
 				}
@@ -256,7 +288,7 @@ func checkStruct(typ reflect.Type, path string, open map[reflect.Type]bool) erro
 					return fmt.Errorf("%s: tag %q must hold %%d exactly once (and no other %%)", fpath, a)
 				}
 			}
-			if et.Kind() == reflect.Struct && et != tensorType {
+			if et.Kind() == reflect.Struct && !isLeaf(et) {
 				if err := checkStruct(et, fpath+"[]", open); err != nil {
 					return err
 				}
@@ -281,6 +313,7 @@ func noIndex(t tag) error {
 
 type binder struct {
 	src     Source
+	alloc   engine.Allocator
 	display string
 	e       *BindError
 }
@@ -303,7 +336,7 @@ func (b *binder) bindStruct(v reflect.Value, prefix string) {
 		fv := v.Field(i)
 		ft := f.Type
 		switch {
-		case ft == tensorType:
+		case isLeaf(ft):
 			b.bindTensor(fv, prefix, t.alts, t.optional)
 		case ft.Kind() == reflect.Struct:
 			if !t.tagged || len(t.alts) == 0 {
@@ -320,7 +353,7 @@ func (b *binder) bindStruct(v reflect.Value, prefix string) {
 			b.bindStruct(fv, p)
 		case ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array:
 			et := ft.Elem()
-			if len(t.alts) == 0 || (et != tensorType && et.Kind() != reflect.Struct) {
+			if len(t.alts) == 0 || (!isLeaf(et) && et.Kind() != reflect.Struct) {
 				continue // untagged, ignored
 			}
 			b.bindList(fv, prefix, t)
@@ -350,7 +383,7 @@ func (b *binder) bindList(v reflect.Value, prefix string, t tag) {
 	}
 	present := func(i int) bool {
 		for _, name := range at(i) {
-			if et == tensorType {
+			if isLeaf(et) {
 				if b.src.Has(name) {
 					return true
 				}
@@ -384,7 +417,7 @@ func (b *binder) bindList(v reflect.Value, prefix string, t tag) {
 	}
 	for i := 0; i < n; i++ {
 		names := at(i)
-		if et == tensorType {
+		if isLeaf(et) {
 			b.bindTensor(v.Index(i), "", names, t.optional)
 			continue
 		}
@@ -410,7 +443,7 @@ func (b *binder) anyPresent(typ reflect.Type, prefix string) bool {
 		}
 		ft := f.Type
 		switch {
-		case ft == tensorType:
+		case isLeaf(ft):
 			for _, a := range t.alts {
 				if b.src.Has(join(prefix, a)) {
 					return true
@@ -430,15 +463,15 @@ func (b *binder) anyPresent(typ reflect.Type, prefix string) bool {
 			}
 		case ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array:
 			et := ft.Elem()
-			if len(t.alts) == 0 || (et != tensorType && et.Kind() != reflect.Struct) {
+			if len(t.alts) == 0 || (!isLeaf(et) && et.Kind() != reflect.Struct) {
 				continue
 			}
 			for _, a := range t.alts {
 				name := join(prefix, strings.Replace(a, "%d", "0", 1))
-				if et == tensorType && b.src.Has(name) {
+				if isLeaf(et) && b.src.Has(name) {
 					return true
 				}
-				if et != tensorType && b.anyPresent(et, name) {
+				if !isLeaf(et) && b.anyPresent(et, name) {
 					return true
 				}
 			}
@@ -449,6 +482,9 @@ func (b *binder) anyPresent(typ reflect.Type, prefix string) bool {
 
 // bindTensor binds one Tensor field: names are the alternatives (joined to prefix).
 func (b *binder) bindTensor(v reflect.Value, prefix string, alts []string, optional bool) {
+	if r, ok := v.Addr().Interface().(Requirer); ok && r.Required() {
+		optional = false
+	}
 	name := ""
 	for _, a := range alts {
 		if n := join(prefix, a); b.src.Has(n) {
@@ -466,6 +502,10 @@ func (b *binder) bindTensor(v reflect.Value, prefix string, alts []string, optio
 		}
 		return
 	}
+	if l, ok := v.Addr().Interface().(Leaf); ok {
+		b.bindLeaf(l, name)
+		return
+	}
 	data, shape, err := b.src.Get(name)
 	if err != nil {
 		b.e.Failed = append(b.e.Failed, Failure{Name: b.display + name, Err: err})
@@ -480,6 +520,32 @@ func (b *binder) bindTensor(v reflect.Value, prefix string, alts []string, optio
 		data = []float32{} // present, even with no elements
 	}
 	t.Data, t.Shape = data, shape
+}
+
+func (b *binder) bindLeaf(l Leaf, name string) {
+	fail := func(err error) { b.e.Failed = append(b.e.Failed, Failure{Name: b.display + name, Err: err}) }
+	if b.alloc == nil {
+		fail(fmt.Errorf("%T binds to a backend's buffers: use BindTo", l))
+		return
+	}
+	shape, ok := []int(nil), false
+	if s, is := b.src.(Shaper); is {
+		shape, ok = s.Shape(name)
+	}
+	if !ok {
+		var err error
+		if _, shape, err = b.src.Get(name); err != nil {
+			fail(err)
+			return
+		}
+	}
+	if want := l.Want(); want != nil && !shapeMatches(shape, want) {
+		b.e.Misshapen = append(b.e.Misshapen, Mismatch{Name: b.display + name, Got: shape, Want: append([]int(nil), want...)})
+		return
+	}
+	if err := l.Load(b.src, name, shape, b.alloc); err != nil {
+		fail(err)
+	}
 }
 
 func shapeMatches(got, want []int) bool {
@@ -515,6 +581,43 @@ func (u under) Prefix() string {
 	return u.prefix
 }
 
+// RawSource hands out tensors as stored (*gguf.Model), for loaders that keep a file's
+// encoding instead of converting to float32.
+type RawSource interface {
+	Raw(name string) ([]byte, gguf.DType, []int, error)
+}
+
+// Done tells src, when it can be told (gguf.Model.Done), that a loader has copied raw from
+// it, so its file pages may leave resident memory.
+func Done(src RawSource, raw []byte) {
+	if d, ok := src.(interface{ Done([]byte) }); ok {
+		d.Done(raw)
+	}
+}
+
+// AsRaw is src as a RawSource, when it or the source an Under view wraps is one.
+func AsRaw(src Source) (RawSource, bool) {
+	switch s := src.(type) {
+	case under:
+		if r, ok := AsRaw(s.src); ok {
+			return rawUnder{r, s.prefix}, true
+		}
+	case RawSource:
+		return s, true
+	}
+	return nil, false
+}
+
+type rawUnder struct {
+	src    RawSource
+	prefix string
+}
+
+func (r rawUnder) Raw(name string) ([]byte, gguf.DType, []int, error) {
+	return r.src.Raw(r.prefix + name)
+}
+func (r rawUnder) Done(raw []byte) { Done(r.src, raw) }
+
 // Shaper is a source that can tell a tensor's shape without reading its data.
 type Shaper interface {
 	Shape(name string) ([]int, bool)
@@ -527,4 +630,76 @@ func (u under) Shape(name string) ([]int, bool) {
 		return s.Shape(u.prefix + name)
 	}
 	return nil, false
+}
+
+// Encoder is implemented by Leaf types whose tensor feeds only Linear or GatherRows and so
+// may stay in a quantised file encoding.
+type Encoder interface{ Encoded() bool }
+
+// Specs lists the tensors the struct dst points to declares, in field order: every Tensor or
+// Leaf field whose expected shape is fully given (no -1), under its first alternative name.
+// Slices contribute the elements they hold (size them first). It is the tensor table that
+// random-weight generators write, derived from the same declaration Bind reads.
+func Specs(dst any) ([]Spec, error) {
+	v := reflect.ValueOf(dst)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("weights: Specs needs a non-nil pointer to a struct, got %T", dst)
+	}
+	if err := checkStruct(v.Elem().Type(), v.Elem().Type().String(), map[reflect.Type]bool{}); err != nil {
+		return nil, fmt.Errorf("weights: %w", err)
+	}
+	var out []Spec
+	specsOf(v.Elem(), "", &out)
+	return out, nil
+}
+
+func specsOf(v reflect.Value, prefix string, out *[]Spec) {
+	typ := v.Type()
+	for i := 0; i < typ.NumField(); i++ {
+		f := typ.Field(i)
+		t, _ := parseTag(f) // validated by checkStruct
+		if t.skip || !f.IsExported() {
+			continue
+		}
+		fv, ft := v.Field(i), f.Type
+		switch {
+		case isLeaf(ft):
+			leafSpec(fv, join(prefix, t.alts[0]), out)
+		case ft.Kind() == reflect.Struct:
+			p := prefix
+			if len(t.alts) > 0 {
+				p = join(prefix, t.alts[0])
+			}
+			specsOf(fv, p, out)
+		case ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array:
+			if len(t.alts) == 0 || (!isLeaf(ft.Elem()) && ft.Elem().Kind() != reflect.Struct) {
+				continue
+			}
+			for k := 0; k < fv.Len(); k++ {
+				name := join(prefix, strings.Replace(t.alts[0], "%d", strconv.Itoa(k), 1))
+				if isLeaf(ft.Elem()) {
+					leafSpec(fv.Index(k), name, out)
+				} else {
+					specsOf(fv.Index(k), name, out)
+				}
+			}
+		}
+	}
+}
+
+func leafSpec(v reflect.Value, name string, out *[]Spec) {
+	var shape []int
+	encoded := false
+	if l, ok := v.Addr().Interface().(Leaf); ok {
+		shape = l.Want()
+		if e, ok := l.(Encoder); ok {
+			encoded = e.Encoded()
+		}
+	} else {
+		shape = v.Interface().(Tensor).Shape
+	}
+	if shape == nil || slices.Contains(shape, -1) {
+		return
+	}
+	*out = append(*out, Spec{Name: name, Shape: append([]int(nil), shape...), Encoded: encoded})
 }

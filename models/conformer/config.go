@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 
 	"github.com/voxpipe/voxpipe/dsp"
 )
@@ -173,55 +174,4 @@ type TensorSpec = weights.Spec
 
 // Tensors lists every weight the encoder reads (audio.cpp names, without the "asr/"
 // namespace), for writing random-weight models of real size.
-func (c Config) Tensors() []TensorSpec {
-	d, cs, ff, k := c.OutputSize, c.SubsampleChannels, c.LinearUnits, c.CNNKernel
-	if cs == 0 {
-		cs = d
-	}
-	dk := d / max(c.Heads, 1)
-	ts := []TensorSpec{
-		{Name: "encoder.embed.conv.0.weight", Shape: []int{cs, 1, 3, 3}},
-		{Name: "encoder.embed.conv.0.bias", Shape: []int{cs}},
-		{Name: "encoder.embed.conv.2.weight", Shape: []int{cs, cs, 3, 3}},
-		{Name: "encoder.embed.conv.2.bias", Shape: []int{cs}},
-		{Name: "encoder.embed.out.0.weight", Shape: []int{d, cs * c.subFreq()}},
-		{Name: "encoder.embed.out.0.bias", Shape: []int{d}},
-	}
-	lin := func(name string, out, in int) {
-		ts = append(ts, TensorSpec{Name: name + ".weight", Shape: []int{out, in}}, TensorSpec{Name: name + ".bias", Shape: []int{out}})
-	}
-	vec := func(name string, n int) {
-		ts = append(ts, TensorSpec{Name: name + ".weight", Shape: []int{n}}, TensorSpec{Name: name + ".bias", Shape: []int{n}})
-	}
-	for i := range c.NumBlocks {
-		p := fmt.Sprintf("encoder.encoders.%d.", i)
-		vec(p+"norm_ff_macaron", d)
-		lin(p+"feed_forward_macaron.w_1", ff, d)
-		lin(p+"feed_forward_macaron.w_2", d, ff)
-		vec(p+"norm_mha", d)
-		for _, n := range []string{"linear_q", "linear_k", "linear_v", "linear_out"} {
-			lin(p+"self_attn."+n, d, d)
-		}
-		ts = append(ts,
-			TensorSpec{Name: p + "self_attn.linear_pos.weight", Shape: []int{d, d}},
-			TensorSpec{Name: p + "self_attn.pos_bias_u", Shape: []int{c.Heads, dk}},
-			TensorSpec{Name: p + "self_attn.pos_bias_v", Shape: []int{c.Heads, dk}})
-		vec(p+"norm_conv", d)
-		cv := p + "conv_module.streaming_conv."
-		ts = append(ts,
-			TensorSpec{Name: cv + "pointwise_conv1.weight", Shape: []int{2 * d, d, 1}},
-			TensorSpec{Name: cv + "pointwise_conv1.bias", Shape: []int{2 * d}},
-			TensorSpec{Name: cv + "depthwise_conv.weight", Shape: []int{d, 1, k}},
-			TensorSpec{Name: cv + "depthwise_conv.bias", Shape: []int{d}})
-		vec(cv+"norm", d)
-		ts = append(ts,
-			TensorSpec{Name: cv + "pointwise_conv2.weight", Shape: []int{d, d, 1}},
-			TensorSpec{Name: cv + "pointwise_conv2.bias", Shape: []int{d}})
-		vec(p+"norm_ff", d)
-		lin(p+"feed_forward.w_1", ff, d)
-		lin(p+"feed_forward.w_2", d, ff)
-		vec(p+"norm_final", d)
-	}
-	vec("encoder.after_norm", d)
-	return ts
-}
+func (c Config) Tensors() []TensorSpec { return nn.Specs(c.declare()) }

@@ -8,83 +8,84 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
-type affine struct {
-	W weights.Tensor `gguf:"weight"`
-	B weights.Tensor `gguf:"bias"`
+type ffn struct {
+	W1 nn.Linear `gguf:"w_1"`
+	W2 nn.Linear `gguf:"w_2"`
 }
 
-type ffnWeights struct {
-	W1 affine `gguf:"w_1"`
-	W2 affine `gguf:"w_2"`
-}
-
-// layerWeights are one conformer layer (encoder.encoders.N). Fast-U2++ keeps the causal
-// conv under conv_module.streaming_conv; a plain causal WeNet checkpoint has conv_module.
-type layerWeights struct {
-	NormFFMac affine     `gguf:"norm_ff_macaron"`
-	FFMac     ffnWeights `gguf:"feed_forward_macaron"`
-	NormMHA   affine     `gguf:"norm_mha"`
+// layer is one conformer layer (encoder.encoders.N). Fast-U2++ keeps the causal conv under
+// conv_module.streaming_conv; a plain causal WeNet checkpoint has conv_module.
+type layer struct {
+	NormFFMac nn.LayerNorm `gguf:"norm_ff_macaron"`
+	FFMac     ffn          `gguf:"feed_forward_macaron"`
+	NormMHA   nn.LayerNorm `gguf:"norm_mha"`
 	Attn      struct {
-		Q   affine         `gguf:"linear_q"`
-		K   affine         `gguf:"linear_k"`
-		V   affine         `gguf:"linear_v"`
-		Out affine         `gguf:"linear_out"`
-		Pos weights.Tensor `gguf:"linear_pos.weight"`
-		BU  weights.Tensor `gguf:"pos_bias_u"`
-		BV  weights.Tensor `gguf:"pos_bias_v"`
+		Q   nn.Linear `gguf:"linear_q"`
+		K   nn.Linear `gguf:"linear_k"`
+		V   nn.Linear `gguf:"linear_v"`
+		Out nn.Linear `gguf:"linear_out"`
+		Pos nn.Linear `gguf:"linear_pos"`
+		BU  nn.Tensor `gguf:"pos_bias_u"`
+		BV  nn.Tensor `gguf:"pos_bias_v"`
 	} `gguf:"self_attn"`
-	NormConv affine `gguf:"norm_conv"`
+	NormConv nn.LayerNorm `gguf:"norm_conv"`
 	Conv     struct {
-		PW1  affine `gguf:"pointwise_conv1"`
-		DW   affine `gguf:"depthwise_conv"`
-		Norm affine `gguf:"norm"`
-		PW2  affine `gguf:"pointwise_conv2"`
+		// The pointwise convs [out, in, 1] run as Linear over [time, channels].
+		PW1  nn.Linear    `gguf:"pointwise_conv1"`
+		DW   nn.Conv1d    `gguf:"depthwise_conv"`
+		Norm nn.LayerNorm `gguf:"norm"`
+		PW2  nn.Linear    `gguf:"pointwise_conv2"`
 	} `gguf:"conv_module.streaming_conv|conv_module"`
-	NormFF    affine     `gguf:"norm_ff"`
-	FF        ffnWeights `gguf:"feed_forward"`
-	NormFinal affine     `gguf:"norm_final"`
+	NormFF    nn.LayerNorm `gguf:"norm_ff"`
+	FF        ffn          `gguf:"feed_forward"`
+	NormFinal nn.LayerNorm `gguf:"norm_final"`
 }
 
-type modelWeights struct {
-	Conv0     affine         `gguf:"encoder.embed.conv.0"`
-	Conv2     affine         `gguf:"encoder.embed.conv.2"`
-	Out       affine         `gguf:"encoder.embed.out.0"`
-	Layers    []layerWeights `gguf:"encoder.encoders.%d"`
-	AfterNorm affine         `gguf:"encoder.after_norm"`
+type encoder struct {
+	Conv0     nn.Conv2d    `gguf:"encoder.embed.conv.0"`
+	Conv2     nn.Conv2d    `gguf:"encoder.embed.conv.2"`
+	Out       nn.Linear    `gguf:"encoder.embed.out.0"`
+	Layers    []layer      `gguf:"encoder.encoders.%d"`
+	AfterNorm nn.LayerNorm `gguf:"encoder.after_norm"`
 }
 
-func shp(d ...int) []int { return d }
-
-// expectShapes fills in every shape Bind checks, from the (completed) config.
-func (c Config) expectShapes(w *modelWeights) {
+// declare is the encoder of the (completed) config with every expected shape.
+func (c Config) declare() *encoder {
 	d, cs, ff, k, h := c.OutputSize, c.SubsampleChannels, c.LinearUnits, c.CNNKernel, c.Heads
-	dk := d / h
-	set := func(a *affine, wShape ...int) { a.W.Shape, a.B.Shape = wShape, shp(wShape[0]) }
-	set(&w.Conv0, cs, 1, 3, 3)
-	set(&w.Conv2, cs, cs, 3, 3)
-	set(&w.Out, d, cs*c.subFreq())
-	set(&w.AfterNorm, d)
-	w.Layers = make([]layerWeights, c.NumBlocks)
+	if cs == 0 {
+		cs = d
+	}
+	dk := d / max(h, 1)
+	w := &encoder{
+		Conv0:     nn.NewConv2d(1, cs, 3, 3, true),
+		Conv2:     nn.NewConv2d(cs, cs, 3, 3, true),
+		Out:       nn.NewLinear(cs*c.subFreq(), d, true),
+		Layers:    make([]layer, c.NumBlocks),
+		AfterNorm: nn.NewLayerNorm(d),
+	}
+	pointwise := func(in, out int) nn.Linear {
+		l := nn.NewLinear(in, out, true)
+		l.Weight.Shape = []int{out, in, 1}
+		return l
+	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
-		for _, n := range []*affine{&l.NormFFMac, &l.NormMHA, &l.NormConv, &l.Conv.Norm, &l.NormFF, &l.NormFinal} {
-			set(n, d)
-		}
-		for _, f := range []*ffnWeights{&l.FFMac, &l.FF} {
-			set(&f.W1, ff, d)
-			set(&f.W2, d, ff)
-		}
-		for _, a := range []*affine{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.Out} {
-			set(a, d, d)
-		}
-		l.Attn.Pos.Shape = shp(d, d)
-		l.Attn.BU.Shape, l.Attn.BV.Shape = shp(h, dk), shp(h, dk)
-		set(&l.Conv.PW1, 2*d, d, 1)
-		set(&l.Conv.DW, d, 1, k)
-		set(&l.Conv.PW2, d, d, 1)
+		l.NormFFMac, l.NormMHA, l.NormConv = nn.NewLayerNorm(d), nn.NewLayerNorm(d), nn.NewLayerNorm(d)
+		l.NormFF, l.NormFinal, l.Conv.Norm = nn.NewLayerNorm(d), nn.NewLayerNorm(d), nn.NewLayerNorm(d)
+		l.FFMac = ffn{nn.NewLinear(d, ff, true), nn.NewLinear(ff, d, true)}
+		l.FF = ffn{nn.NewLinear(d, ff, true), nn.NewLinear(ff, d, true)}
+		a := &l.Attn
+		a.Q, a.K, a.V, a.Out = nn.NewLinear(d, d, true), nn.NewLinear(d, d, true), nn.NewLinear(d, d, true), nn.NewLinear(d, d, true)
+		a.Pos = nn.NewLinear(d, d, false)
+		a.BU, a.BV = nn.Shaped(h, dk), nn.Shaped(h, dk)
+		l.Conv.PW1 = pointwise(d, 2*d)
+		l.Conv.DW = nn.NewConv1d(d, d, k, d, true)
+		l.Conv.PW2 = pointwise(d, d)
 	}
+	return w
 }
 
 // completeDims takes the dimensions from the tensors: zero config fields are filled in,
@@ -141,26 +142,14 @@ func completeDims(src weights.Source, c *Config) error {
 	return nil
 }
 
-type layerBuffers struct {
-	normFFMacW, normFFMacB, ffMac1W, ffMac1B, ffMac2W, ffMac2B *engine.Buffer
-	normMHAW, normMHAB, qW, qB, kW, kB, vW, vB, outW, outB     *engine.Buffer
-	posW, bu, bv                                               *engine.Buffer
-	normConvW, normConvB, pw1W, pw1B, dwW, dwB                 *engine.Buffer
-	convNormW, convNormB, pw2W, pw2B                           *engine.Buffer
-	normFFW, normFFB, ff1W, ff1B, ff2W, ff2B                   *engine.Buffer
-	normFinalW, normFinalB                                     *engine.Buffer
-}
-
 // Model is a loaded encoder: its config and weights in persistent engine buffers, shared by
 // every State (one per stream).
 type Model struct {
 	Config  Config
 	backend engine.Backend
 
-	conv0W, conv0B, conv2W, conv2B, outW, outB, afterW, afterB *engine.Buffer
-	layers                                                     []layerBuffers
-	bufs                                                       []*engine.Buffer
-	invFreq                                                    []float32 // positional encoding frequencies
+	w       *encoder
+	invFreq []float32 // positional encoding frequencies
 }
 
 // LoadGGUF loads the encoder from an audio.cpp MeanVC2 GGUF: the asr/ namespace and the
@@ -187,67 +176,12 @@ func Load(src weights.Source, cfg Config, backend engine.Backend) (*Model, error
 	if _, err := NewFrontEnd(cfg); err != nil {
 		return nil, err
 	}
-	var w modelWeights
-	cfg.expectShapes(&w)
-	if err := weights.Bind(src, &w); err != nil {
+	w := cfg.declare()
+	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("conformer: %w", err)
 	}
-	m := &Model{Config: cfg, backend: backend}
-	var ferr error
-	buf := func(name string, t weights.Tensor, shape ...int) *engine.Buffer {
-		if ferr != nil {
-			return nil
-		}
-		if len(shape) == 0 {
-			shape = t.Shape
-		}
-		s := make([]int64, len(shape))
-		for i, d := range shape {
-			s[i] = int64(d)
-		}
-		b, err := engine.NewBufferFrom(name, t.Data, s...)
-		if err != nil {
-			ferr = fmt.Errorf("conformer: %w", err)
-			return nil
-		}
-		m.bufs = append(m.bufs, b)
-		return b
-	}
+	m := &Model{Config: cfg, backend: backend, w: w}
 	d := cfg.OutputSize
-	m.conv0W, m.conv0B = buf("embed.conv.0.weight", w.Conv0.W), buf("embed.conv.0.bias", w.Conv0.B)
-	m.conv2W, m.conv2B = buf("embed.conv.2.weight", w.Conv2.W), buf("embed.conv.2.bias", w.Conv2.B)
-	m.outW, m.outB = buf("embed.out.0.weight", w.Out.W), buf("embed.out.0.bias", w.Out.B)
-	m.afterW, m.afterB = buf("after_norm.weight", w.AfterNorm.W), buf("after_norm.bias", w.AfterNorm.B)
-	m.layers = make([]layerBuffers, cfg.NumBlocks)
-	for i := range m.layers {
-		l, b := &w.Layers[i], &m.layers[i]
-		p := fmt.Sprintf("encoders.%d.", i)
-		b.normFFMacW, b.normFFMacB = buf(p+"norm_ff_macaron.weight", l.NormFFMac.W), buf(p+"norm_ff_macaron.bias", l.NormFFMac.B)
-		b.ffMac1W, b.ffMac1B = buf(p+"feed_forward_macaron.w_1.weight", l.FFMac.W1.W), buf(p+"feed_forward_macaron.w_1.bias", l.FFMac.W1.B)
-		b.ffMac2W, b.ffMac2B = buf(p+"feed_forward_macaron.w_2.weight", l.FFMac.W2.W), buf(p+"feed_forward_macaron.w_2.bias", l.FFMac.W2.B)
-		b.normMHAW, b.normMHAB = buf(p+"norm_mha.weight", l.NormMHA.W), buf(p+"norm_mha.bias", l.NormMHA.B)
-		b.qW, b.qB = buf(p+"self_attn.linear_q.weight", l.Attn.Q.W), buf(p+"self_attn.linear_q.bias", l.Attn.Q.B)
-		b.kW, b.kB = buf(p+"self_attn.linear_k.weight", l.Attn.K.W), buf(p+"self_attn.linear_k.bias", l.Attn.K.B)
-		b.vW, b.vB = buf(p+"self_attn.linear_v.weight", l.Attn.V.W), buf(p+"self_attn.linear_v.bias", l.Attn.V.B)
-		b.outW, b.outB = buf(p+"self_attn.linear_out.weight", l.Attn.Out.W), buf(p+"self_attn.linear_out.bias", l.Attn.Out.B)
-		b.posW = buf(p+"self_attn.linear_pos.weight", l.Attn.Pos)
-		b.bu, b.bv = buf(p+"self_attn.pos_bias_u", l.Attn.BU), buf(p+"self_attn.pos_bias_v", l.Attn.BV)
-		b.normConvW, b.normConvB = buf(p+"norm_conv.weight", l.NormConv.W), buf(p+"norm_conv.bias", l.NormConv.B)
-		// Pointwise convs run as Linear over [time, channels]: drop the kernel axis of 1.
-		b.pw1W, b.pw1B = buf(p+"conv.pointwise_conv1.weight", l.Conv.PW1.W, 2*d, d), buf(p+"conv.pointwise_conv1.bias", l.Conv.PW1.B)
-		b.dwW, b.dwB = buf(p+"conv.depthwise_conv.weight", l.Conv.DW.W), buf(p+"conv.depthwise_conv.bias", l.Conv.DW.B)
-		b.convNormW, b.convNormB = buf(p+"conv.norm.weight", l.Conv.Norm.W), buf(p+"conv.norm.bias", l.Conv.Norm.B)
-		b.pw2W, b.pw2B = buf(p+"conv.pointwise_conv2.weight", l.Conv.PW2.W, d, d), buf(p+"conv.pointwise_conv2.bias", l.Conv.PW2.B)
-		b.normFFW, b.normFFB = buf(p+"norm_ff.weight", l.NormFF.W), buf(p+"norm_ff.bias", l.NormFF.B)
-		b.ff1W, b.ff1B = buf(p+"feed_forward.w_1.weight", l.FF.W1.W), buf(p+"feed_forward.w_1.bias", l.FF.W1.B)
-		b.ff2W, b.ff2B = buf(p+"feed_forward.w_2.weight", l.FF.W2.W), buf(p+"feed_forward.w_2.bias", l.FF.W2.B)
-		b.normFinalW, b.normFinalB = buf(p+"norm_final.weight", l.NormFinal.W), buf(p+"norm_final.bias", l.NormFinal.B)
-		*l = layerWeights{} // the float32 copies can go once in buffers
-	}
-	if ferr != nil {
-		m.Close()
-		return nil, ferr
-	}
 	// WeNet's table: pe[p, 2i] = sin(p·f_i), pe[p, 2i+1] = cos(p·f_i), f_i = 10000^(−2i/d),
 	// the frequencies rounded to float32 as torch builds them.
 	m.invFreq = make([]float32, d/2)
@@ -259,12 +193,7 @@ func Load(src weights.Source, cfg Config, backend engine.Backend) (*Model, error
 }
 
 // Close frees the weights; no State of the model may run afterwards.
-func (m *Model) Close() {
-	for _, b := range m.bufs {
-		b.Free()
-	}
-	m.bufs = nil
-}
+func (m *Model) Close() { nn.Free(m.w) }
 
 // CacheFrames is the attention cache length (required_cache_size) and ConvCacheFrames the
 // conv cache length (kernel − 1).
@@ -305,12 +234,12 @@ type State struct {
 // caches, so the first window attends to R zero keys.
 func (m *Model) NewState() (*State, error) {
 	c := m.Config
-	att, err := engine.NewBuffer("asr.att_cache", engine.F32, int64(c.NumBlocks), int64(c.Heads),
+	att, err := m.backend.Alloc("asr.att_cache", engine.F32, int64(c.NumBlocks), int64(c.Heads),
 		int64(c.Stream.RequiredCache), int64(2*c.OutputSize/c.Heads))
 	if err != nil {
 		return nil, fmt.Errorf("conformer: %w", err)
 	}
-	cnn, err := engine.NewBuffer("asr.cnn_cache", engine.F32, int64(c.NumBlocks), 1, int64(c.OutputSize), int64(c.CNNKernel-1))
+	cnn, err := m.backend.Alloc("asr.cnn_cache", engine.F32, int64(c.NumBlocks), 1, int64(c.OutputSize), int64(c.CNNKernel-1))
 	if err != nil {
 		att.Free()
 		return nil, fmt.Errorf("conformer: %w", err)
@@ -395,66 +324,62 @@ func (s *State) build(nf int) *engine.Graph {
 	scale := float32(1 / math.Sqrt(float64(dk)))
 
 	g := engine.NewGraph(fmt.Sprintf("conformer[F=%d]", nf))
-	p := func(b *engine.Buffer) engine.Tensor { return g.Persistent(b) }
-	pp := func(b *engine.Buffer) *engine.Tensor { t := g.Persistent(b); return &t }
+	w := m.w
 	x := g.Input("fbank", engine.F32, 1, 1, int64(nf), int64(c.InputDim))
 	pos := g.Input("pos", engine.F32, R+T, d)
 
 	g.Label("encoder.embed")
-	x = g.ReLU(g.Conv2D(x, p(m.conv0W), pp(m.conv0B), 2, 2, 0, 0, 1))
-	x = g.ReLU(g.Conv2D(x, p(m.conv2W), pp(m.conv2B), 2, 2, 0, 0, 1)) // [1, C, T, F']
-	x = g.Reshape(g.Transpose(x, 1, 2), T, -1)                        // [T, C·F'] channel-major
-	x = g.Linear(x, p(m.outW), pp(m.outB))
+	x = g.ReLU(w.Conv0.Forward(g, x, 2, 2, 0, 0))
+	x = g.ReLU(w.Conv2.Forward(g, x, 2, 2, 0, 0)) // [1, C, T, F']
+	x = g.Reshape(g.Transpose(x, 1, 2), T, -1)    // [T, C·F'] channel-major
+	x = w.Out.Forward(g, x)
 	x = g.Scale(x, float32(math.Sqrt(float64(d))), 0)
 
-	att, cnn := p(s.att), p(s.cnn)
-	ln := func(y engine.Tensor, w, b *engine.Buffer) engine.Tensor { return g.LayerNorm(y, pp(w), pp(b), eps) }
-	ffn := func(y engine.Tensor, w1, b1, w2, b2 *engine.Buffer) engine.Tensor {
-		return g.Linear(g.SiLU(g.Linear(y, p(w1), pp(b1))), p(w2), pp(b2))
-	}
-	for i, l := range m.layers {
-		li := int64(i)
+	att, cnn := g.Persistent(s.att), g.Persistent(s.cnn)
+	ff := func(y engine.Tensor, f *ffn) engine.Tensor { return f.W2.Forward(g, g.SiLU(f.W1.Forward(g, y))) }
+	for i := range w.Layers {
+		l, li := &w.Layers[i], int64(i)
 		g.Label(fmt.Sprintf("encoder.encoders.%d.feed_forward_macaron", i))
-		x = g.Add(x, g.Scale(ffn(ln(x, l.normFFMacW, l.normFFMacB), l.ffMac1W, l.ffMac1B, l.ffMac2W, l.ffMac2B), 0.5, 0))
+		x = g.Add(x, g.Scale(ff(l.NormFFMac.Forward(g, x, eps), &l.FFMac), 0.5, 0))
 
 		g.Label(fmt.Sprintf("encoder.encoders.%d.self_attn", i))
-		y := ln(x, l.normMHAW, l.normMHAB)
-		q := g.Reshape(g.Linear(y, p(l.qW), pp(l.qB)), T, h, dk)
+		y := l.NormMHA.Forward(g, x, eps)
+		q := g.Reshape(l.Attn.Q.Forward(g, y), T, h, dk)
 		heads := func(t engine.Tensor) engine.Tensor { // [T, d] → [1, H, T, dk]
 			return g.Permute(g.Reshape(t, 1, T, h, dk), 0, 2, 1, 3)
 		}
-		k := heads(g.Linear(y, p(l.kW), pp(l.kB)))
-		v := heads(g.Linear(y, p(l.vW), pp(l.vB)))
+		k := heads(l.Attn.K.Forward(g, y))
+		v := heads(l.Attn.V.Forward(g, y))
 		cache := g.Slice(att, 0, li, li+1) // [1, H, R, 2dk]
 		kAll := g.Concat(2, g.Slice(cache, 3, 0, dk), k)
 		vAll := g.Concat(2, g.Slice(cache, 3, dk, 2*dk), v)
 		g.Assign(cache, g.Slice(g.Concat(3, kAll, vAll), 2, T, T+R))
 		// Positional term without rel-shift: (q + v_bias)·pᵀ over the absolute key positions.
-		pe := g.Permute(g.Reshape(g.Linear(pos, p(l.posW), nil), R+T, h, dk), 1, 0, 2) // [H, R+T, dk]
-		qv := g.Permute(g.Add(q, p(l.bv)), 1, 0, 2)                                    // [H, T, dk]
-		bd := g.Scale(g.Matmul(qv, g.Transpose(pe, 1, 2)), scale, 0)                   // [H, T, R+T]
-		qu := g.Permute(g.Reshape(g.Add(q, p(l.bu)), 1, T, h, dk), 0, 2, 1, 3)
+		pe := g.Permute(g.Reshape(l.Attn.Pos.Forward(g, pos), R+T, h, dk), 1, 0, 2) // [H, R+T, dk]
+		qv := g.Permute(g.Add(q, l.Attn.BV.In(g)), 1, 0, 2)                         // [H, T, dk]
+		bd := g.Scale(g.Matmul(qv, g.Transpose(pe, 1, 2)), scale, 0)                // [H, T, R+T]
+		qu := g.Permute(g.Reshape(g.Add(q, l.Attn.BU.In(g)), 1, T, h, dk), 0, 2, 1, 3)
 		o := g.Attention(qu, kAll, vAll, nil, &bd, scale) // [1, H, T, dk]
 		o = g.Reshape(g.Permute(o, 0, 2, 1, 3), T, d)
-		x = g.Add(x, g.Linear(o, p(l.outW), pp(l.outB)))
+		x = g.Add(x, l.Attn.Out.Forward(g, o))
 
 		g.Label(fmt.Sprintf("encoder.encoders.%d.conv_module", i))
-		y = ln(x, l.normConvW, l.normConvB)                            // [T, d]
+		y = l.NormConv.Forward(g, x, eps)                              // [T, d]
 		cc := g.Slice(cnn, 0, li, li+1)                                // [1, 1, d, KC]
 		xin := g.Concat(0, g.Transpose(g.Reshape(cc, d, KC), 0, 1), y) // [KC+T, d]
 		g.Assign(cc, g.Reshape(g.Transpose(g.Slice(xin, 0, T, T+KC), 0, 1), 1, 1, d, KC))
-		u := g.GLU(g.Linear(xin, p(l.pw1W), pp(l.pw1B)), -1) // [KC+T, d]
+		u := g.GLU(l.Conv.PW1.Forward(g, xin), -1) // [KC+T, d]
 		u = g.Contiguous(g.Reshape(g.Transpose(u, 0, 1), 1, d, KC+T))
-		u = g.Conv1D(u, p(l.dwW), pp(l.dwB), 1, 0, 0, 1, d) // [1, d, T]
-		u = g.Transpose(g.Reshape(u, d, T), 0, 1)           // [T, d]
-		u = g.SiLU(ln(u, l.convNormW, l.convNormB))
-		x = g.Add(x, g.Linear(u, p(l.pw2W), pp(l.pw2B)))
+		u = l.Conv.DW.Forward(g, u, 1, 0, 0, 1)   // [1, d, T]
+		u = g.Transpose(g.Reshape(u, d, T), 0, 1) // [T, d]
+		u = g.SiLU(l.Conv.Norm.Forward(g, u, eps))
+		x = g.Add(x, l.Conv.PW2.Forward(g, u))
 
 		g.Label(fmt.Sprintf("encoder.encoders.%d.feed_forward", i))
-		x = g.Add(x, g.Scale(ffn(ln(x, l.normFFW, l.normFFB), l.ff1W, l.ff1B, l.ff2W, l.ff2B), 0.5, 0))
-		x = ln(x, l.normFinalW, l.normFinalB)
+		x = g.Add(x, g.Scale(ff(l.NormFF.Forward(g, x, eps), &l.FF), 0.5, 0))
+		x = l.NormFinal.Forward(g, x, eps)
 	}
 	g.Label("encoder.after_norm")
-	g.Output("bn", ln(x, m.afterW, m.afterB))
+	g.Output("bn", w.AfterNorm.Forward(g, x, eps))
 	return g
 }

@@ -1,101 +1,83 @@
 package ecapa
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"sync"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
-type convW struct {
-	W weights.Tensor `gguf:"weight"`
-	B weights.Tensor `gguf:"bias"`
+type convBN struct {
+	Conv nn.Conv1d      `gguf:"conv"`
+	BN   nn.BatchNorm1d `gguf:"bn"`
 }
 
-type bnW struct {
-	W    weights.Tensor `gguf:"weight"`
-	B    weights.Tensor `gguf:"bias"`
-	Mean weights.Tensor `gguf:"running_mean"`
-	Var  weights.Tensor `gguf:"running_var"`
+type block struct {
+	In    convBN           `gguf:"Conv1dReluBn1"`
+	Convs []nn.Conv1d      `gguf:"Res2Conv1dReluBn.convs.%d"`
+	BNs   []nn.BatchNorm1d `gguf:"Res2Conv1dReluBn.bns.%d"`
+	Out   convBN           `gguf:"Conv1dReluBn2"`
+	// The SE linears, stored as [out, in] or as 1×1 convs [out, in, 1].
+	SE1 nn.Linear `gguf:"SE_Connect.linear1"`
+	SE2 nn.Linear `gguf:"SE_Connect.linear2"`
 }
 
-type convBNW struct {
-	Conv convW `gguf:"conv"`
-	BN   bnW   `gguf:"bn"`
-}
-
-type blockW struct {
-	In    convBNW `gguf:"Conv1dReluBn1"`
-	Convs []convW `gguf:"Res2Conv1dReluBn.convs.%d"`
-	BNs   []bnW   `gguf:"Res2Conv1dReluBn.bns.%d"`
-	Out   convBNW `gguf:"Conv1dReluBn2"`
-	SE1   convW   `gguf:"SE_Connect.linear1"`
-	SE2   convW   `gguf:"SE_Connect.linear2"`
-}
-
-type headW struct {
+type head struct {
+	// The layer mix is a softmax over these, taken once on the host at load.
 	FeatureWeight weights.Tensor `gguf:"feature_weight"`
-	Layer1        convBNW        `gguf:"layer1"`
-	Layer2        blockW         `gguf:"layer2"`
-	Layer3        blockW         `gguf:"layer3"`
-	Layer4        blockW         `gguf:"layer4"`
-	Conv          convW          `gguf:"conv"`
-	Pool1         convW          `gguf:"pooling.linear1"`
-	Pool2         convW          `gguf:"pooling.linear2"`
-	BN            bnW            `gguf:"bn"`
-	Linear        convW          `gguf:"linear"`
+	Layer1        convBN         `gguf:"layer1"`
+	Layer2        block          `gguf:"layer2"`
+	Layer3        block          `gguf:"layer3"`
+	Layer4        block          `gguf:"layer4"`
+	Conv          nn.Conv1d      `gguf:"conv"`
+	Pool1         nn.Conv1d      `gguf:"pooling.linear1"`
+	Pool2         nn.Conv1d      `gguf:"pooling.linear2"`
+	BN            nn.BatchNorm1d `gguf:"bn"`
+	Linear        nn.Linear      `gguf:"linear"`
 }
 
-func (w *headW) blocks() []*blockW { return []*blockW{&w.Layer2, &w.Layer3, &w.Layer4} }
+func (w *head) blocks() []*block { return []*block{&w.Layer2, &w.Layer3, &w.Layer4} }
 
-// expect fills in the shapes Bind checks, all from d.
-func (d Dims) expect(w *headW) {
-	set := func(t *weights.Tensor, shape ...int) { t.Shape = shape }
-	bn := func(b *bnW, c int) {
-		for _, t := range []*weights.Tensor{&b.W, &b.B, &b.Mean, &b.Var} {
-			set(t, c)
-		}
+// declare is the head of dims d with every expected shape.
+func (d Dims) declare() *head {
+	cbn := func(cout, cin, k int) convBN {
+		return convBN{nn.NewConv1d(cin, cout, k, 1, true), nn.NewBatchNorm1d(cout)}
 	}
-	cbn := func(c *convBNW, cout, cin, k int) {
-		set(&c.Conv.W, cout, cin, k)
-		set(&c.Conv.B, cout)
-		bn(&c.BN, cout)
-	}
-	set(&w.FeatureWeight, d.Layers)
-	cbn(&w.Layer1, d.Channels, d.Feat, d.Kernel1)
-	width := d.Channels / d.Scale
-	for _, bw := range w.blocks() {
-		cbn(&bw.In, d.Channels, d.Channels, 1)
-		cbn(&bw.Out, d.Channels, d.Channels, 1)
-		bw.Convs = make([]convW, d.Scale-1)
-		bw.BNs = make([]bnW, d.Scale-1)
-		for i := range bw.Convs {
-			set(&bw.Convs[i].W, width, width, d.Kernel)
-			set(&bw.Convs[i].B, width)
-			bn(&bw.BNs[i], width)
-		}
+	se := func(in, out int) nn.Linear {
+		l := nn.NewLinear(in, out, true)
 		if d.SEConv {
-			set(&bw.SE1.W, d.SE, d.Channels, 1)
-			set(&bw.SE2.W, d.Channels, d.SE, 1)
-		} else {
-			set(&bw.SE1.W, d.SE, d.Channels)
-			set(&bw.SE2.W, d.Channels, d.SE)
+			l.Weight.Shape = []int{out, in, 1}
 		}
-		set(&bw.SE1.B, d.SE)
-		set(&bw.SE2.B, d.Channels)
+		return l
 	}
-	set(&w.Conv.W, d.MFA, d.MFA, 1)
-	set(&w.Conv.B, d.MFA)
-	set(&w.Pool1.W, d.Att, d.MFA, 1)
-	set(&w.Pool1.B, d.Att)
-	set(&w.Pool2.W, d.MFA, d.Att, 1)
-	set(&w.Pool2.B, d.MFA)
-	bn(&w.BN, 2*d.MFA)
-	set(&w.Linear.W, d.Emb, 2*d.MFA)
-	set(&w.Linear.B, d.Emb)
+	w := &head{
+		FeatureWeight: weights.Tensor{Shape: []int{d.Layers}},
+		Layer1:        cbn(d.Channels, d.Feat, d.Kernel1),
+		Conv:          nn.NewConv1d(d.MFA, d.MFA, 1, 1, true),
+		Pool1:         nn.NewConv1d(d.MFA, d.Att, 1, 1, true),
+		Pool2:         nn.NewConv1d(d.Att, d.MFA, 1, 1, true),
+		BN:            nn.NewBatchNorm1d(2 * d.MFA),
+		Linear:        nn.NewLinear(2*d.MFA, d.Emb, true),
+	}
+	width := d.Channels / max(d.Scale, 1)
+	for _, b := range w.blocks() {
+		*b = block{
+			In:    cbn(d.Channels, d.Channels, 1),
+			Out:   cbn(d.Channels, d.Channels, 1),
+			Convs: make([]nn.Conv1d, d.Scale-1),
+			BNs:   make([]nn.BatchNorm1d, d.Scale-1),
+			SE1:   se(d.Channels, d.SE),
+			SE2:   se(d.SE, d.Channels),
+		}
+		for i := range b.Convs {
+			b.Convs[i] = nn.NewConv1d(width, width, d.Kernel, 1, true)
+			b.BNs[i] = nn.NewBatchNorm1d(width)
+		}
+	}
+	return w
 }
 
 func displayName(src weights.Source, name string) string {
@@ -170,22 +152,7 @@ func dimsOf(src weights.Source) (Dims, error) {
 	return d, nil
 }
 
-// ---- engine buffers ----
-
-type conv struct{ w, b *engine.Buffer }
-type affine struct{ scale, shift *engine.Buffer } // eval-mode batch norm, folded
-
-type block struct {
-	in, out   conv
-	inBN      affine
-	outBN     affine
-	convs     []conv
-	bns       []affine
-	se1, se2  conv
-	dilation  int
-	padding   int
-	splitSize int
-}
+// ---- model ----
 
 // Model is a loaded ECAPA head. Embed may be called from several goroutines; runs are
 // serialised (the head runs once per target voice).
@@ -193,19 +160,11 @@ type Model struct {
 	Dims   Dims
 	Config Config
 
-	mix      []float32 // softmax(feature_weight)
-	layer1   conv
-	layer1BN affine
-	blocks   []block
-	mfa      conv
-	pool1    conv
-	pool2    conv
-	bn       affine
-	linear   conv
+	mix []float32 // softmax(feature_weight)
+	w   *head
 
 	mu    sync.Mutex
 	cache *engine.Cache
-	bufs  []*engine.Buffer
 }
 
 // Load binds a speaker_ecapa weight view (e.g. model.Sub("speaker_ecapa")) with the
@@ -223,58 +182,15 @@ func LoadConfig(src weights.Source, cfg Config, backend engine.Backend) (*Model,
 	if err != nil {
 		return nil, err
 	}
-	var w headW
-	d.expect(&w)
-	if err := weights.Bind(src, &w); err != nil {
+	w := d.declare()
+	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("ecapa: %w", err)
 	}
-	m := &Model{Dims: d, Config: cfg, cache: engine.NewCache(backend, 4)}
-	if err := m.upload(&w); err != nil {
-		m.Close()
-		return nil, err
-	}
-	return m, nil
+	return &Model{Dims: d, Config: cfg, cache: engine.NewCache(backend, 4), w: w, mix: softmax(w.FeatureWeight.Data)}, nil
 }
 
-func (m *Model) buffer(name string, data []float32, shape ...int) (*engine.Buffer, error) {
-	s := make([]int64, len(shape))
-	for i, v := range shape {
-		s[i] = int64(v)
-	}
-	b, err := engine.NewBufferFrom(name, data, s...)
-	if err != nil {
-		return nil, fmt.Errorf("ecapa: %w", err)
-	}
-	m.bufs = append(m.bufs, b)
-	return b, nil
-}
-
-func (m *Model) upload(w *headW) error {
-	var errs []error
-	cv := func(name string, c *convW, shape ...int) conv {
-		if shape == nil {
-			shape = c.W.Shape
-		}
-		wb, err1 := m.buffer(name+".weight", c.W.Data, shape...)
-		bb, err2 := m.buffer(name+".bias", c.B.Data, c.B.Shape...)
-		errs = append(errs, err1, err2)
-		return conv{wb, bb}
-	}
-	bn := func(name string, b *bnW) affine {
-		n := len(b.W.Data)
-		scale, shift := make([]float32, n), make([]float32, n)
-		for i := range n {
-			s := float64(b.W.Data[i]) / math.Sqrt(float64(b.Var.Data[i])+m.Config.BatchNormEps)
-			scale[i] = float32(s)
-			shift[i] = float32(float64(b.B.Data[i]) - float64(b.Mean.Data[i])*s)
-		}
-		sb, err1 := m.buffer(name+".scale", scale, n)
-		hb, err2 := m.buffer(name+".shift", shift, n)
-		errs = append(errs, err1, err2)
-		return affine{sb, hb}
-	}
-	// Softmax of the layer weights, as the reference does before the weighted sum.
-	fw := w.FeatureWeight.Data
+// softmax of the layer weights, as the reference takes before the weighted sum.
+func softmax(fw []float32) []float32 {
 	peak := math.Inf(-1)
 	for _, v := range fw {
 		peak = max(peak, float64(v))
@@ -285,35 +201,11 @@ func (m *Model) upload(w *headW) error {
 		ex[i] = math.Exp(float64(v) - peak)
 		sum += ex[i]
 	}
-	m.mix = make([]float32, len(fw))
+	mix := make([]float32, len(fw))
 	for i := range ex {
-		m.mix[i] = float32(ex[i] / sum)
+		mix[i] = float32(ex[i] / sum)
 	}
-	m.layer1 = cv("layer1.conv", &w.Layer1.Conv)
-	m.layer1BN = bn("layer1.bn", &w.Layer1.BN)
-	d := m.Dims
-	for i, bw := range w.blocks() {
-		p := fmt.Sprintf("layer%d", i+2)
-		b := block{dilation: m.Config.Dilations[i+1], splitSize: d.Channels / d.Scale}
-		b.padding = b.dilation * (d.Kernel - 1) / 2
-		b.in = cv(p+".Conv1dReluBn1.conv", &bw.In.Conv)
-		b.inBN = bn(p+".Conv1dReluBn1.bn", &bw.In.BN)
-		for j := range bw.Convs {
-			b.convs = append(b.convs, cv(fmt.Sprintf("%s.Res2Conv1dReluBn.convs.%d", p, j), &bw.Convs[j]))
-			b.bns = append(b.bns, bn(fmt.Sprintf("%s.Res2Conv1dReluBn.bns.%d", p, j), &bw.BNs[j]))
-		}
-		b.out = cv(p+".Conv1dReluBn2.conv", &bw.Out.Conv)
-		b.outBN = bn(p+".Conv1dReluBn2.bn", &bw.Out.BN)
-		b.se1 = cv(p+".SE_Connect.linear1", &bw.SE1, d.SE, d.Channels)
-		b.se2 = cv(p+".SE_Connect.linear2", &bw.SE2, d.Channels, d.SE)
-		m.blocks = append(m.blocks, b)
-	}
-	m.mfa = cv("conv", &w.Conv)
-	m.pool1 = cv("pooling.linear1", &w.Pool1)
-	m.pool2 = cv("pooling.linear2", &w.Pool2)
-	m.bn = bn("bn", &w.BN)
-	m.linear = cv("linear", &w.Linear)
-	return errors.Join(errs...)
+	return mix
 }
 
 // Close releases the compiled programs and the weight buffers.
@@ -322,10 +214,7 @@ func (m *Model) Close() {
 		return
 	}
 	m.cache.Close()
-	for _, b := range m.bufs {
-		b.Free()
-	}
-	m.bufs = nil
+	nn.Free(m.w)
 }
 
 // ---- graph ----
@@ -342,8 +231,7 @@ func (m *Model) build(T int, stages bool) (*engine.Graph, error) {
 			g.Output(name, t)
 		}
 	}
-	p := func(b *engine.Buffer) engine.Tensor { return g.Persistent(b) }
-	pp := func(b *engine.Buffer) *engine.Tensor { t := g.Persistent(b); return &t }
+	w, bnEps := m.w, float32(m.Config.BatchNormEps)
 	hs := g.Input("hidden", engine.F32, int64(d.Layers), int64(T), int64(d.Feat))
 
 	g.Label("feature_weight")
@@ -359,43 +247,44 @@ func (m *Model) build(T int, stages bool) (*engine.Graph, error) {
 	out("instance_norm", x)
 
 	// Conv1dReluBn: conv → ReLU → batch norm (the reference's order).
-	convReluBN := func(x engine.Tensor, c conv, a affine, pad, dil int64) engine.Tensor {
-		y := g.Conv1D(x, p(c.w), pp(c.b), 1, pad, pad, dil, 1)
-		return g.ChannelAffine(g.ReLU(y), p(a.scale), p(a.shift))
+	convReluBN := func(x engine.Tensor, c *nn.Conv1d, bn *nn.BatchNorm1d, pad, dil int64) engine.Tensor {
+		return bn.Forward(g, g.ReLU(c.Forward(g, x, 1, pad, pad, dil)), bnEps)
 	}
 	g.Label("layer1")
 	k1 := int64(d.Kernel1)
 	dil1 := int64(m.Config.Dilations[0])
-	x = convReluBN(x, m.layer1, m.layer1BN, dil1*(k1-1)/2, dil1)
+	x = convReluBN(x, &w.Layer1.Conv, &w.Layer1.BN, dil1*(k1-1)/2, dil1)
 	out("layer1", x)
 
 	var outs []engine.Tensor
-	for i, b := range m.blocks {
+	for i, b := range w.blocks() {
 		g.Label(fmt.Sprintf("layer%d", i+2))
+		dil := int64(m.Config.Dilations[i+1])
+		pad := dil * int64(d.Kernel-1) / 2
 		res := x
-		y := convReluBN(x, b.in, b.inBN, 0, 1)
+		y := convReluBN(x, &b.In.Conv, &b.In.BN, 0, 1)
 		// Res2: split i (i < scale−1) plus the previous output goes through its conv; the
 		// last split passes through unchanged.
-		w := int64(b.splitSize)
+		split := int64(d.Channels / d.Scale)
 		parts := make([]engine.Tensor, 0, d.Scale)
 		var sp engine.Tensor
-		for j := range b.convs {
-			s := g.Slice(y, 1, int64(j)*w, int64(j+1)*w)
+		for j := range b.Convs {
+			s := g.Slice(y, 1, int64(j)*split, int64(j+1)*split)
 			if j == 0 {
 				sp = s
 			} else {
 				sp = g.Add(sp, s)
 			}
-			sp = convReluBN(sp, b.convs[j], b.bns[j], int64(b.padding), int64(b.dilation))
+			sp = convReluBN(sp, &b.Convs[j], &b.BNs[j], pad, dil)
 			parts = append(parts, sp)
 		}
-		parts = append(parts, g.Slice(y, 1, int64(d.Scale-1)*w, int64(d.Scale)*w))
+		parts = append(parts, g.Slice(y, 1, int64(d.Scale-1)*split, int64(d.Scale)*split))
 		y = g.Concat(1, parts...)
-		y = convReluBN(y, b.out, b.outBN, 0, 1)
+		y = convReluBN(y, &b.Out.Conv, &b.Out.BN, 0, 1)
 		// SE: squeeze over time, bottleneck, sigmoid gate per channel.
 		s := g.Reshape(g.Mean(y, 2), 1, int64(d.Channels))
-		s = g.ReLU(g.Linear(s, p(b.se1.w), pp(b.se1.b)))
-		s = g.Sigmoid(g.Linear(s, p(b.se2.w), pp(b.se2.b)))
+		s = g.ReLU(b.SE1.Forward(g, s))
+		s = g.Sigmoid(b.SE2.Forward(g, s))
 		y = g.Mul(y, g.Reshape(s, 1, int64(d.Channels), 1))
 		x = g.Add(y, res)
 		out(fmt.Sprintf("layer%d", i+2), x)
@@ -403,13 +292,13 @@ func (m *Model) build(T int, stages bool) (*engine.Graph, error) {
 	}
 
 	g.Label("conv")
-	x = g.Conv1D(g.Concat(1, outs...), p(m.mfa.w), pp(m.mfa.b), 1, 0, 0, 1, 1)
+	x = w.Conv.Forward(g, g.Concat(1, outs...), 1, 0, 0, 1)
 	out("conv", x)
 	x = g.ReLU(x)
 
 	g.Label("pooling")
-	a := g.Tanh(g.Conv1D(x, p(m.pool1.w), pp(m.pool1.b), 1, 0, 0, 1, 1))
-	a = g.Conv1D(a, p(m.pool2.w), pp(m.pool2.b), 1, 0, 0, 1, 1)
+	a := g.Tanh(w.Pool1.Forward(g, x, 1, 0, 0, 1))
+	a = w.Pool2.Forward(g, a, 1, 0, 0, 1)
 	a = g.Softmax(a, nil, 1) // over time, the last axis
 	mean := g.Sum(g.Mul(a, x), 2)
 	sq := g.Sum(g.Mul(a, g.Square(x)), 2)
@@ -418,10 +307,10 @@ func (m *Model) build(T int, stages bool) (*engine.Graph, error) {
 	out("pooling", pooled)
 
 	g.Label("bn")
-	x = g.ChannelAffine(pooled, p(m.bn.scale), p(m.bn.shift))
+	x = w.BN.Forward(g, pooled, bnEps)
 	out("bn", x)
 	g.Label("linear")
-	x = g.Linear(x, p(m.linear.w), pp(m.linear.b))
+	x = w.Linear.Forward(g, x)
 	out("embedding", x)
 	if err := g.Err(); err != nil {
 		return nil, err

@@ -8,7 +8,9 @@ package ecapa
 import (
 	"encoding/json"
 	"fmt"
+
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Config holds what the tensor shapes do not tell: dilations and epsilons. The reference
@@ -117,55 +119,7 @@ var RealDims = Dims{Layers: 25, Feat: 1024, Channels: 512, Kernel1: 5, Scale: 8,
 type TensorSpec = weights.Spec
 
 // Tensors lists every tensor of a head with dims d, in the published order.
-func Tensors(d Dims) []TensorSpec {
-	var out []TensorSpec
-	add := func(name string, shape ...int) { out = append(out, TensorSpec{Name: name, Shape: shape}) }
-	bn := func(p string, c int) {
-		for _, s := range []string{"weight", "bias", "running_mean", "running_var"} {
-			add(p+"."+s, c)
-		}
-	}
-	convBN := func(p string, cout, cin, k int) {
-		add(p+".conv.weight", cout, cin, k)
-		add(p+".conv.bias", cout)
-		bn(p+".bn", cout)
-	}
-	add("feature_weight", d.Layers)
-	convBN("layer1", d.Channels, d.Feat, d.Kernel1)
-	w := d.Channels / d.Scale
-	for l := 2; l <= 4; l++ {
-		p := fmt.Sprintf("layer%d", l)
-		convBN(p+".Conv1dReluBn1", d.Channels, d.Channels, 1)
-		for i := range d.Scale - 1 {
-			add(fmt.Sprintf("%s.Res2Conv1dReluBn.convs.%d.weight", p, i), w, w, d.Kernel)
-			add(fmt.Sprintf("%s.Res2Conv1dReluBn.convs.%d.bias", p, i), w)
-		}
-		for i := range d.Scale - 1 {
-			bn(fmt.Sprintf("%s.Res2Conv1dReluBn.bns.%d", p, i), w)
-		}
-		convBN(p+".Conv1dReluBn2", d.Channels, d.Channels, 1)
-		se := func(name string, o, i int) {
-			if d.SEConv {
-				add(name+".weight", o, i, 1)
-			} else {
-				add(name+".weight", o, i)
-			}
-			add(name+".bias", o)
-		}
-		se(p+".SE_Connect.linear1", d.SE, d.Channels)
-		se(p+".SE_Connect.linear2", d.Channels, d.SE)
-	}
-	add("conv.weight", d.MFA, d.MFA, 1)
-	add("conv.bias", d.MFA)
-	add("pooling.linear1.weight", d.Att, d.MFA, 1)
-	add("pooling.linear1.bias", d.Att)
-	add("pooling.linear2.weight", d.MFA, d.Att, 1)
-	add("pooling.linear2.bias", d.MFA)
-	bn("bn", 2*d.MFA)
-	add("linear.weight", d.Emb, 2*d.MFA)
-	add("linear.bias", d.Emb)
-	return out
-}
+func Tensors(d Dims) []TensorSpec { return nn.Specs(d.declare()) }
 
 // RealTensors is the published speaker_ecapa table (RealDims), for random-weight models.
 func RealTensors() []TensorSpec { return Tensors(RealDims) }

@@ -8,9 +8,10 @@ package meanvc2
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/voxpipe/voxpipe/engine/weights"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Family is the audiocpp.model_spec.family of MeanVC2 model files.
@@ -291,68 +292,7 @@ type TensorSpec = weights.Spec
 
 // Tensors lists the vc/ weights of a model of this config, in the release's order
 // (cache_embed, unused and absent from the release, is not listed).
-func (c Config) Tensors() []TensorSpec {
-	var ts []TensorSpec
-	add := func(name string, shape ...int) { ts = append(ts, TensorSpec{Name: name, Shape: shape}) }
-	ff := c.FF
-	if ff == 0 {
-		ff = c.FFMult * c.Dim
-	}
-	for _, p := range []string{"t_time_embed", "r_time_embed"} {
-		add(p+".time_mlp.0.weight", c.Dim, c.TimeFreqDim)
-		add(p+".time_mlp.0.bias", c.Dim)
-		add(p+".time_mlp.2.weight", c.Dim, c.Dim)
-		add(p+".time_mlp.2.bias", c.Dim)
-	}
-	add("input_embed.proj.weight", c.Dim, c.MelDim+c.BNDim+c.SpkDim)
-	add("input_embed.proj.bias", c.Dim)
-	add("rotary_embed.inv_freq", c.DimHead/2)
-	add("gtm.k_prior", c.GTMSlots, c.GTMHidden)
-	add("gtm.v_prior", c.GTMSlots, c.GTMHidden)
-	for _, s := range []string{"k", "v"} {
-		add("gtm.mlp_"+s+".0.weight", c.SpkDim, c.SpkDim)
-		add("gtm.mlp_"+s+".0.bias", c.SpkDim)
-		add("gtm.mlp_"+s+".2.weight", c.GTMSlots*c.GTMHidden, c.SpkDim)
-		add("gtm.mlp_"+s+".2.bias", c.GTMSlots*c.GTMHidden)
-	}
-	for _, s := range []string{"k", "v"} {
-		add("gtm.norm_"+s+".weight", c.GTMHidden)
-		add("gtm.norm_"+s+".bias", c.GTMHidden)
-	}
-	add("temporal_timbre.q_proj.weight", c.TVTAttnDim, c.BNDim)
-	add("temporal_timbre.q_proj.bias", c.TVTAttnDim)
-	add("temporal_timbre.k_proj.weight", c.TVTAttnDim, c.GTMHidden)
-	add("temporal_timbre.k_proj.bias", c.TVTAttnDim)
-	add("temporal_timbre.v_proj.weight", c.TVTAttnDim, c.GTMHidden)
-	add("temporal_timbre.v_proj.bias", c.TVTAttnDim)
-	add("temporal_timbre.out_proj.weight", c.BNDim, c.TVTAttnDim)
-	add("temporal_timbre.out_proj.bias", c.BNDim)
-	add("temporal_timbre.attn_norm.weight", c.BNDim)
-	add("temporal_timbre.attn_norm.bias", c.BNDim)
-	inner := c.Heads * c.DimHead
-	for l := range c.Depth {
-		p := fmt.Sprintf("transformer_blocks.%d.", l)
-		add(p+"attn_norm.linear.weight", 6*c.Dim, c.Dim)
-		add(p+"attn_norm.linear.bias", 6*c.Dim)
-		for _, s := range []string{"q", "k", "v"} {
-			add(p+"attn.to_"+s+".weight", inner, c.Dim)
-			add(p+"attn.to_"+s+".bias", inner)
-		}
-		add(p+"attn.q_norm.weight", c.DimHead)
-		add(p+"attn.k_norm.weight", c.DimHead)
-		add(p+"attn.to_out.0.weight", c.Dim, inner)
-		add(p+"attn.to_out.0.bias", c.Dim)
-		add(p+"ff.ff.0.0.weight", ff, c.Dim)
-		add(p+"ff.ff.0.0.bias", ff)
-		add(p+"ff.ff.2.weight", c.Dim, ff)
-		add(p+"ff.ff.2.bias", c.Dim)
-	}
-	add("norm_out.linear.weight", 2*c.Dim, c.Dim)
-	add("norm_out.linear.bias", 2*c.Dim)
-	add("proj_out.weight", c.MelDim, c.Dim)
-	add("proj_out.bias", c.MelDim)
-	return ts
-}
+func (c Config) Tensors() []TensorSpec { return nn.Specs(c.declare()) }
 
 // RealTensors lists the vc/ tensors of the published meanvc2-120ms-40ms model with their
 // real shapes (17,707,216 parameters plus the 32-value rotary inv_freq buffer), for a

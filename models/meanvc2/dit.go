@@ -8,59 +8,98 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
-type linearW struct {
-	W weights.Tensor `gguf:"weight"`
-	B weights.Tensor `gguf:"bias"`
+type timeEmbed struct {
+	L0 nn.Linear `gguf:"time_mlp.0"`
+	L2 nn.Linear `gguf:"time_mlp.2"`
 }
 
-type timeEmbedW struct {
-	L0 linearW `gguf:"time_mlp.0"`
-	L2 linearW `gguf:"time_mlp.2"`
+type block struct {
+	Mod   nn.Linear  `gguf:"attn_norm.linear"`
+	Q     nn.Linear  `gguf:"attn.to_q"`
+	K     nn.Linear  `gguf:"attn.to_k"`
+	V     nn.Linear  `gguf:"attn.to_v"`
+	QNorm nn.RMSNorm `gguf:"attn.q_norm"`
+	KNorm nn.RMSNorm `gguf:"attn.k_norm"`
+	Out   nn.Linear  `gguf:"attn.to_out.0"`
+	FF1   nn.Linear  `gguf:"ff.ff.0.0"`
+	FF2   nn.Linear  `gguf:"ff.ff.2"`
 }
 
-type blockW struct {
-	Mod   linearW        `gguf:"attn_norm.linear"`
-	Q     linearW        `gguf:"attn.to_q"`
-	K     linearW        `gguf:"attn.to_k"`
-	V     linearW        `gguf:"attn.to_v"`
-	QNorm weights.Tensor `gguf:"attn.q_norm.weight"`
-	KNorm weights.Tensor `gguf:"attn.k_norm.weight"`
-	Out   linearW        `gguf:"attn.to_out.0"`
-	FF1   linearW        `gguf:"ff.ff.0.0"`
-	FF2   linearW        `gguf:"ff.ff.2"`
+type gtmSide struct {
+	L0 nn.Linear `gguf:"0"`
+	L2 nn.Linear `gguf:"2"`
 }
 
-type gtmSideW struct {
-	L0 linearW `gguf:"0"`
-	L2 linearW `gguf:"2"`
-}
-
-// ditW is the vc/ namespace: the DiT state dict as released.
-type ditW struct {
-	TTime   timeEmbedW     `gguf:"t_time_embed"`
-	RTime   timeEmbedW     `gguf:"r_time_embed"`
-	InProj  linearW        `gguf:"input_embed.proj"`
+// dit is the vc/ namespace: the DiT state dict in the release's order (cache_embed, unused
+// and absent from the release, is not declared).
+type dit struct {
+	TTime  timeEmbed `gguf:"t_time_embed"`
+	RTime  timeEmbed `gguf:"r_time_embed"`
+	InProj nn.Linear `gguf:"input_embed.proj"`
+	// RoPE frequencies: checked on the host against the engine's RoPE (ropeFromInvFreq).
 	InvFreq weights.Tensor `gguf:"rotary_embed.inv_freq,optional"`
 	GTM     struct {
-		MlpK   gtmSideW       `gguf:"mlp_k"`
-		MlpV   gtmSideW       `gguf:"mlp_v"`
-		KPrior weights.Tensor `gguf:"k_prior"`
-		VPrior weights.Tensor `gguf:"v_prior"`
-		NormK  linearW        `gguf:"norm_k"`
-		NormV  linearW        `gguf:"norm_v"`
+		KPrior nn.Tensor    `gguf:"k_prior"`
+		VPrior nn.Tensor    `gguf:"v_prior"`
+		MlpK   gtmSide      `gguf:"mlp_k"`
+		MlpV   gtmSide      `gguf:"mlp_v"`
+		NormK  nn.LayerNorm `gguf:"norm_k"`
+		NormV  nn.LayerNorm `gguf:"norm_v"`
 	} `gguf:"gtm"`
 	TVT struct {
-		Q    linearW `gguf:"q_proj"`
-		K    linearW `gguf:"k_proj"`
-		V    linearW `gguf:"v_proj"`
-		Out  linearW `gguf:"out_proj"`
-		Norm linearW `gguf:"attn_norm"`
+		Q    nn.Linear    `gguf:"q_proj"`
+		K    nn.Linear    `gguf:"k_proj"`
+		V    nn.Linear    `gguf:"v_proj"`
+		Out  nn.Linear    `gguf:"out_proj"`
+		Norm nn.LayerNorm `gguf:"attn_norm"`
 	} `gguf:"temporal_timbre"`
-	Blocks  []blockW `gguf:"transformer_blocks.%d"`
-	NormOut linearW  `gguf:"norm_out.linear"`
-	ProjOut linearW  `gguf:"proj_out"`
+	Blocks  []block   `gguf:"transformer_blocks.%d"`
+	NormOut nn.Linear `gguf:"norm_out.linear"`
+	ProjOut nn.Linear `gguf:"proj_out"`
+}
+
+// declare is the DiT of c with every expected shape.
+func (c Config) declare() *dit {
+	ff := c.FF
+	if ff == 0 {
+		ff = c.FFMult * c.Dim
+	}
+	inner := c.Heads * c.DimHead
+	timeMLP := timeEmbed{nn.NewLinear(c.TimeFreqDim, c.Dim, true), nn.NewLinear(c.Dim, c.Dim, true)}
+	w := &dit{
+		TTime:   timeMLP,
+		RTime:   timeMLP,
+		InProj:  nn.NewLinear(c.MelDim+c.BNDim+c.SpkDim, c.Dim, true),
+		InvFreq: weights.Tensor{Shape: []int{c.DimHead / 2}},
+		Blocks:  make([]block, c.Depth),
+		NormOut: nn.NewLinear(c.Dim, 2*c.Dim, true),
+		ProjOut: nn.NewLinear(c.Dim, c.MelDim, true),
+	}
+	slots := c.GTMSlots * c.GTMHidden
+	gt := &w.GTM
+	gt.KPrior, gt.VPrior = nn.Shaped(c.GTMSlots, c.GTMHidden), nn.Shaped(c.GTMSlots, c.GTMHidden)
+	gt.MlpK = gtmSide{nn.NewLinear(c.SpkDim, c.SpkDim, true), nn.NewLinear(c.SpkDim, slots, true)}
+	gt.MlpV = gtmSide{nn.NewLinear(c.SpkDim, c.SpkDim, true), nn.NewLinear(c.SpkDim, slots, true)}
+	gt.NormK, gt.NormV = nn.NewLayerNorm(c.GTMHidden), nn.NewLayerNorm(c.GTMHidden)
+	tv := &w.TVT
+	tv.Q = nn.NewLinear(c.BNDim, c.TVTAttnDim, true)
+	tv.K = nn.NewLinear(c.GTMHidden, c.TVTAttnDim, true)
+	tv.V = nn.NewLinear(c.GTMHidden, c.TVTAttnDim, true)
+	tv.Out = nn.NewLinear(c.TVTAttnDim, c.BNDim, true)
+	tv.Norm = nn.NewLayerNorm(c.BNDim)
+	for l := range w.Blocks {
+		w.Blocks[l] = block{
+			Mod: nn.NewLinear(c.Dim, 6*c.Dim, true),
+			Q:   nn.NewLinear(c.Dim, inner, true), K: nn.NewLinear(c.Dim, inner, true), V: nn.NewLinear(c.Dim, inner, true),
+			QNorm: nn.NewRMSNorm(c.DimHead), KNorm: nn.NewRMSNorm(c.DimHead),
+			Out: nn.NewLinear(inner, c.Dim, true),
+			FF1: nn.NewLinear(c.Dim, ff, true), FF2: nn.NewLinear(ff, c.Dim, true),
+		}
+	}
+	return w
 }
 
 // shapeOf is a tensor's shape without keeping its values (nil when absent); a gguf view
@@ -120,81 +159,15 @@ func deriveDims(src weights.Source, c *Config) {
 	}
 }
 
-// expect sets the shapes Bind checks from the (derived) config.
-func (w *ditW) expect(c Config) {
-	byName := map[string][]int{}
-	for _, t := range c.Tensors() {
-		byName[t.Name] = t.Shape
-	}
-	lin := func(l *linearW, p string) {
-		l.W.Shape, l.B.Shape = byName[p+".weight"], byName[p+".bias"]
-	}
-	for _, te := range []struct {
-		w *timeEmbedW
-		p string
-	}{{&w.TTime, "t_time_embed"}, {&w.RTime, "r_time_embed"}} {
-		lin(&te.w.L0, te.p+".time_mlp.0")
-		lin(&te.w.L2, te.p+".time_mlp.2")
-	}
-	lin(&w.InProj, "input_embed.proj")
-	w.InvFreq.Shape = []int{-1}
-	lin(&w.GTM.MlpK.L0, "gtm.mlp_k.0")
-	lin(&w.GTM.MlpK.L2, "gtm.mlp_k.2")
-	lin(&w.GTM.MlpV.L0, "gtm.mlp_v.0")
-	lin(&w.GTM.MlpV.L2, "gtm.mlp_v.2")
-	w.GTM.KPrior.Shape, w.GTM.VPrior.Shape = byName["gtm.k_prior"], byName["gtm.v_prior"]
-	lin(&w.GTM.NormK, "gtm.norm_k")
-	lin(&w.GTM.NormV, "gtm.norm_v")
-	lin(&w.TVT.Q, "temporal_timbre.q_proj")
-	lin(&w.TVT.K, "temporal_timbre.k_proj")
-	lin(&w.TVT.V, "temporal_timbre.v_proj")
-	lin(&w.TVT.Out, "temporal_timbre.out_proj")
-	lin(&w.TVT.Norm, "temporal_timbre.attn_norm")
-	w.Blocks = make([]blockW, c.Depth)
-	for l := range w.Blocks {
-		b, p := &w.Blocks[l], fmt.Sprintf("transformer_blocks.%d.", l)
-		lin(&b.Mod, p+"attn_norm.linear")
-		lin(&b.Q, p+"attn.to_q")
-		lin(&b.K, p+"attn.to_k")
-		lin(&b.V, p+"attn.to_v")
-		b.QNorm.Shape, b.KNorm.Shape = byName[p+"attn.q_norm.weight"], byName[p+"attn.k_norm.weight"]
-		lin(&b.Out, p+"attn.to_out.0")
-		lin(&b.FF1, p+"ff.ff.0.0")
-		lin(&b.FF2, p+"ff.ff.2")
-	}
-	lin(&w.NormOut, "norm_out.linear")
-	lin(&w.ProjOut, "proj_out")
-}
-
-// lin is a Linear's weight and bias in persistent buffers.
-type lin struct{ w, b *engine.Buffer }
-
-type blockBufs struct {
-	mod, q, k, v, out, ff1, ff2 lin
-	qNorm, kNorm                *engine.Buffer
-}
-
 // DiT is a loaded MeanVC2 conversion model: weights in persistent engine buffers shared by
 // every State (stream).
 type DiT struct {
 	Config  Config
 	backend engine.Backend
 
-	tTime, rTime [2]lin
-	inProj       lin
-	gtmK, gtmV   [2]lin
-	kPrior       *engine.Buffer
-	vPrior       *engine.Buffer
-	normK, normV lin
-	tvtQ, tvtK   lin
-	tvtV, tvtOut lin
-	tvtNorm      lin
-	blocks       []blockBufs
-	normOut      lin
-	projOut      lin
-	ropeDims     int64
-	ropeBase     float32
-	bufs         []*engine.Buffer
+	w        *dit
+	ropeDims int64
+	ropeBase float32
 
 	mu       sync.Mutex // serialises the GTM program (Timbre may be called from any stream)
 	gtmCache *engine.Cache
@@ -214,75 +187,19 @@ func LoadDiT(src weights.Source, cfg Config, backend engine.Backend) (*DiT, erro
 	if cfg.DimHead%2 != 0 {
 		return nil, fmt.Errorf("meanvc2: load: head width %d must be even (RoPE pairs)", cfg.DimHead)
 	}
-	var w ditW
-	w.expect(cfg)
-	if err := weights.Bind(src, &w); err != nil {
+	w := cfg.declare()
+	w.InvFreq.Shape = []int{-1} // checked by ropeFromInvFreq
+	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("meanvc2: load: %w", err)
 	}
-	if len(w.Blocks) != cfg.Depth {
-		return nil, fmt.Errorf("meanvc2: load: %d transformer blocks, config says %d", len(w.Blocks), cfg.Depth)
-	}
-	d := &DiT{Config: cfg, backend: backend, ropeDims: int64(cfg.DimHead), ropeBase: float32(cfg.RopeBase)}
+	d := &DiT{Config: cfg, backend: backend, w: w, ropeDims: int64(cfg.DimHead), ropeBase: float32(cfg.RopeBase)}
 	if w.InvFreq.Present() {
 		base, dims, err := ropeFromInvFreq(w.InvFreq.Data, cfg.DimHead)
 		if err != nil {
+			d.Close()
 			return nil, fmt.Errorf("meanvc2: load: rotary_embed.inv_freq: %w", err)
 		}
 		d.ropeBase, d.ropeDims = base, dims
-	}
-	var err error
-	buf := func(name string, t *weights.Tensor) *engine.Buffer {
-		if err != nil {
-			return nil
-		}
-		shape := make([]int64, len(t.Shape))
-		for i, n := range t.Shape {
-			shape[i] = int64(n)
-		}
-		var b *engine.Buffer
-		if b, err = engine.NewBufferFrom("vc/"+name, t.Data, shape...); err != nil {
-			err = fmt.Errorf("meanvc2: load %s: %w", name, err)
-			return nil
-		}
-		t.Data = nil
-		d.bufs = append(d.bufs, b)
-		return b
-	}
-	mk := func(name string, l *linearW) lin {
-		return lin{buf(name+".weight", &l.W), buf(name+".bias", &l.B)}
-	}
-	d.tTime = [2]lin{mk("t_time_embed.time_mlp.0", &w.TTime.L0), mk("t_time_embed.time_mlp.2", &w.TTime.L2)}
-	d.rTime = [2]lin{mk("r_time_embed.time_mlp.0", &w.RTime.L0), mk("r_time_embed.time_mlp.2", &w.RTime.L2)}
-	d.inProj = mk("input_embed.proj", &w.InProj)
-	d.gtmK = [2]lin{mk("gtm.mlp_k.0", &w.GTM.MlpK.L0), mk("gtm.mlp_k.2", &w.GTM.MlpK.L2)}
-	d.gtmV = [2]lin{mk("gtm.mlp_v.0", &w.GTM.MlpV.L0), mk("gtm.mlp_v.2", &w.GTM.MlpV.L2)}
-	d.kPrior = buf("gtm.k_prior", &w.GTM.KPrior)
-	d.vPrior = buf("gtm.v_prior", &w.GTM.VPrior)
-	d.normK = mk("gtm.norm_k", &w.GTM.NormK)
-	d.normV = mk("gtm.norm_v", &w.GTM.NormV)
-	d.tvtQ = mk("temporal_timbre.q_proj", &w.TVT.Q)
-	d.tvtK = mk("temporal_timbre.k_proj", &w.TVT.K)
-	d.tvtV = mk("temporal_timbre.v_proj", &w.TVT.V)
-	d.tvtOut = mk("temporal_timbre.out_proj", &w.TVT.Out)
-	d.tvtNorm = mk("temporal_timbre.attn_norm", &w.TVT.Norm)
-	d.blocks = make([]blockBufs, cfg.Depth)
-	for l := range d.blocks {
-		b, bw, p := &d.blocks[l], &w.Blocks[l], fmt.Sprintf("transformer_blocks.%d.", l)
-		b.mod = mk(p+"attn_norm.linear", &bw.Mod)
-		b.q = mk(p+"attn.to_q", &bw.Q)
-		b.k = mk(p+"attn.to_k", &bw.K)
-		b.v = mk(p+"attn.to_v", &bw.V)
-		b.qNorm = buf(p+"attn.q_norm.weight", &bw.QNorm)
-		b.kNorm = buf(p+"attn.k_norm.weight", &bw.KNorm)
-		b.out = mk(p+"attn.to_out.0", &bw.Out)
-		b.ff1 = mk(p+"ff.ff.0.0", &bw.FF1)
-		b.ff2 = mk(p+"ff.ff.2", &bw.FF2)
-	}
-	d.normOut = mk("norm_out.linear", &w.NormOut)
-	d.projOut = mk("proj_out", &w.ProjOut)
-	if err != nil {
-		d.Close()
-		return nil, err
 	}
 	d.gtmCache = engine.NewCache(backend, 1)
 	return d, nil
@@ -320,20 +237,7 @@ func (d *DiT) Close() {
 	if d.gtmCache != nil {
 		d.gtmCache.Close()
 	}
-	for _, b := range d.bufs {
-		b.Free()
-	}
-	d.bufs = nil
-}
-
-func (d *DiT) linear(g *engine.Graph, x engine.Tensor, l lin) engine.Tensor {
-	b := g.Persistent(l.b)
-	return g.Linear(x, g.Persistent(l.w), &b)
-}
-
-func (d *DiT) layerNorm(g *engine.Graph, x engine.Tensor, l lin, eps float64) engine.Tensor {
-	w, b := g.Persistent(l.w), g.Persistent(l.b)
-	return g.LayerNorm(x, &w, &b, float32(eps))
+	nn.Free(d.w)
 }
 
 // stepOpts selects a DiT call program: commit writes the new K/V rows into the caches
@@ -365,10 +269,11 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 	}
 
 	g.Label("time_embed")
-	te := func(f engine.Tensor, mlp [2]lin) engine.Tensor {
-		return d.linear(g, g.SiLU(d.linear(g, f, mlp[0])), mlp[1])
+	w := d.w
+	te := func(f engine.Tensor, mlp *timeEmbed) engine.Tensor {
+		return mlp.L2.Forward(g, g.SiLU(mlp.L0.Forward(g, f)))
 	}
-	tEmb, rEmb := te(tf, d.tTime), te(rf, d.rTime)
+	tEmb, rEmb := te(tf, &w.TTime), te(rf, &w.RTime)
 	trace("t_time_embed", tEmb)
 	trace("r_time_embed", rEmb)
 	silu := g.SiLU(g.Add(tEmb, rEmb)) // [1, dim]
@@ -380,16 +285,16 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 		return g.Permute(g.Reshape(t, 1, n, th, tdh), 0, 2, 1, 3)
 	}
 	slots := int64(c.GTMSlots)
-	tq := split(d.linear(g, cond, d.tvtQ), W)
-	tk := split(d.linear(g, gk, d.tvtK), slots)
-	tv := split(d.linear(g, gv, d.tvtV), slots)
+	tq := split(w.TVT.Q.Forward(g, cond), W)
+	tk := split(w.TVT.K.Forward(g, gk), slots)
+	tv := split(w.TVT.V.Forward(g, gv), slots)
 	ta := g.Attention(tq, tk, tv, nil, nil, float32(1/math.Sqrt(float64(tdh))))
 	ta = g.Reshape(g.Permute(ta, 0, 2, 1, 3), W, int64(c.TVTAttnDim))
-	timbre := d.layerNorm(g, d.linear(g, ta, d.tvtOut), d.tvtNorm, c.LNEps)
+	timbre := w.TVT.Norm.Forward(g, w.TVT.Out.Forward(g, ta), float32(c.LNEps))
 	trace("temporal_timbre", timbre)
 
 	g.Label("input_embed")
-	h := d.linear(g, g.Concat(1, x, timbre, g.Expand(spk, W, int64(c.SpkDim))), d.inProj)
+	h := w.InProj.Forward(g, g.Concat(1, x, timbre, g.Expand(spk, W, int64(c.SpkDim))))
 	trace("input_embed", h)
 
 	dim := int64(c.Dim)
@@ -398,28 +303,28 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 	modulate := func(h, shift, scale engine.Tensor) engine.Tensor {
 		return g.Add(g.Mul(g.LayerNorm(h, nil, nil, adaEps), g.Scale(scale, 1, 1)), shift)
 	}
-	heads := func(t engine.Tensor, norm *engine.Buffer) engine.Tensor { // [W, H·Dh] → [1, H, W, Dh]
+	heads := func(t engine.Tensor, norm *nn.RMSNorm) engine.Tensor { // [W, H·Dh] → [1, H, W, Dh]
 		t = g.Reshape(t, W, H, Dh)
 		if norm != nil {
-			nw := g.Persistent(norm)
-			t = g.RMSNorm(t, &nw, float32(c.RMSEps))
+			t = norm.Forward(g, t, float32(c.RMSEps))
 		}
 		return g.Permute(g.Reshape(t, 1, W, H, Dh), 0, 2, 1, 3)
 	}
-	for l, b := range d.blocks {
+	for l := range w.Blocks {
+		b := &w.Blocks[l]
 		g.Label(fmt.Sprintf("transformer_blocks.%d", l))
 		capL := int64(c.CacheFrames(l))
 		kpos := g.Input(fmt.Sprintf("kpos%d", l), engine.I32, capL+W)
 		mask := g.Input(fmt.Sprintf("mask%d", l), engine.F32, W, capL+W)
-		mod := d.linear(g, silu, b.mod) // [1, 6·dim]
+		mod := b.Mod.Forward(g, silu) // [1, 6·dim]
 		part := func(i int64) engine.Tensor { return g.Slice(mod, 1, i*dim, (i+1)*dim) }
 		shiftMSA, scaleMSA, gateMSA := part(0), part(1), part(2)
 		shiftMLP, scaleMLP, gateMLP := part(3), part(4), part(5)
 
 		n := modulate(h, shiftMSA, scaleMSA)
-		q := heads(d.linear(g, n, b.q), b.qNorm)
-		k := heads(d.linear(g, n, b.k), b.kNorm)
-		v := heads(d.linear(g, n, b.v), nil)
+		q := heads(b.Q.Forward(g, n), &b.QNorm)
+		k := heads(b.K.Forward(g, n), &b.KNorm)
+		v := heads(b.V.Forward(g, n), nil)
 		ck := g.Reshape(g.Persistent(kc[l]), 1, H, capL, Dh)
 		cv := g.Reshape(g.Persistent(vc[l]), 1, H, capL, Dh)
 		kAll := g.Concat(2, ck, k)
@@ -440,20 +345,20 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 		qr := g.RoPE(q, qpos, d.ropeDims, engine.RoPEInterleaved, d.ropeBase)
 		kr := g.RoPE(kAll, kpos, d.ropeDims, engine.RoPEInterleaved, d.ropeBase)
 		att := g.Attention(qr, kr, vAll, &mask, nil, float32(1/math.Sqrt(float64(Dh))))
-		att = d.linear(g, g.Reshape(g.Permute(att, 0, 2, 1, 3), W, H*Dh), b.out)
+		att = b.Out.Forward(g, g.Reshape(g.Permute(att, 0, 2, 1, 3), W, H*Dh))
 		h = g.Add(h, g.Mul(gateMSA, att))
 
 		n2 := modulate(h, shiftMLP, scaleMLP)
-		ff := d.linear(g, g.GELU(d.linear(g, n2, b.ff1), true), b.ff2)
+		ff := b.FF2.Forward(g, g.GELU(b.FF1.Forward(g, n2), true))
 		h = g.Add(h, g.Mul(gateMLP, ff))
 		trace(fmt.Sprintf("block%d", l), h)
 	}
 
 	g.Label("norm_out")
-	fin := d.linear(g, silu, d.normOut) // [1, 2·dim]: scale, then shift
+	fin := w.NormOut.Forward(g, silu) // [1, 2·dim]: scale, then shift
 	h = modulate(h, g.Slice(fin, 1, dim, 2*dim), g.Slice(fin, 1, 0, dim))
 	trace("norm_out", h)
 	g.Label("proj_out")
-	g.Output("u", d.linear(g, h, d.projOut))
+	g.Output("u", w.ProjOut.Forward(g, h))
 	return g
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Timbre is one target voice as the DiT uses it: the speaker embedding and the GTM memory
@@ -45,17 +46,18 @@ func (d *DiT) buildGTM() *engine.Graph {
 	c := d.Config
 	g := engine.NewGraph("meanvc2.gtm")
 	spk := g.Input("spk", engine.F32, 1, int64(c.SpkDim))
+	w := &d.w.GTM
 	for _, s := range []struct {
 		name  string
-		mlp   [2]lin
-		prior *engine.Buffer
-		norm  lin
-	}{{"k", d.gtmK, d.kPrior, d.normK}, {"v", d.gtmV, d.vPrior, d.normV}} {
+		mlp   *gtmSide
+		prior *nn.Tensor
+		norm  *nn.LayerNorm
+	}{{"k", &w.MlpK, &w.KPrior, &w.NormK}, {"v", &w.MlpV, &w.VPrior, &w.NormV}} {
 		g.Label("gtm." + s.name)
-		h := d.linear(g, g.SiLU(d.linear(g, spk, s.mlp[0])), s.mlp[1])
+		h := s.mlp.L2.Forward(g, g.SiLU(s.mlp.L0.Forward(g, spk)))
 		h = g.Reshape(h, int64(c.GTMSlots), int64(c.GTMHidden))
-		h = g.Add(h, g.Tanh(g.Persistent(s.prior)))
-		g.Output(s.name, d.layerNorm(g, h, s.norm, c.LNEps))
+		h = g.Add(h, g.Tanh(s.prior.In(g)))
+		g.Output(s.name, s.norm.Forward(g, h, float32(c.LNEps)))
 	}
 	return g
 }

@@ -59,13 +59,13 @@ func (d *DiT) NewState() *State {
 	s := &State{d: d, valid: make([]int, c.Depth), cache: engine.NewCache(d.backend, 4)}
 	for l := range c.Depth {
 		shape := []int64{int64(c.Heads), int64(c.CacheFrames(l)), int64(c.DimHead)}
-		k, err := engine.NewBuffer(fmt.Sprintf("dit.kv%d.k", l), engine.F32, shape...)
+		k, err := d.backend.Alloc(fmt.Sprintf("dit.kv%d.k", l), engine.F32, shape...)
 		if err != nil {
 			s.err = fmt.Errorf("meanvc2: state: %w", err)
 			break
 		}
 		s.kc = append(s.kc, k)
-		v, err := engine.NewBuffer(fmt.Sprintf("dit.kv%d.v", l), engine.F32, shape...)
+		v, err := d.backend.Alloc(fmt.Sprintf("dit.kv%d.v", l), engine.F32, shape...)
 		if err != nil {
 			s.err = fmt.Errorf("meanvc2: state: %w", err)
 			break

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // constants are persistent tensors shared by the programs of one model: RoPE positions and
@@ -15,14 +17,36 @@ import (
 // decoding many lengths does not grow), the FSQ code table and the inverse-DFT basis.
 type constants struct {
 	mu    sync.Mutex
-	st    *store
+	alloc engine.Allocator
+	bufs  []*engine.Buffer         // every constant, for close
 	pos   map[int64]*engine.Buffer // by capacity (powers of two)
 	masks map[[2]int64]*engine.Buffer
 	err   error
 }
 
-func newConstants(st *store) *constants {
-	return &constants{st: st, pos: map[int64]*engine.Buffer{}, masks: map[[2]int64]*engine.Buffer{}}
+func newConstants(a engine.Allocator) *constants {
+	return &constants{alloc: a, pos: map[int64]*engine.Buffer{}, masks: map[[2]int64]*engine.Buffer{}}
+}
+
+// upload makes a constant buffer of float32 values.
+func (c *constants) upload(name string, data []float32, shape ...int64) (*engine.Buffer, error) {
+	b, err := engine.Upload(c.alloc, name, data, shape...)
+	if err != nil {
+		return nil, fmt.Errorf("miocodec: %w", err)
+	}
+	c.mu.Lock()
+	c.bufs = append(c.bufs, b)
+	c.mu.Unlock()
+	return b, nil
+}
+
+func (c *constants) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, b := range c.bufs {
+		b.Free()
+	}
+	c.bufs, c.pos, c.masks = nil, nil, nil
 }
 
 func (c *constants) fail(err error) *engine.Buffer {
@@ -44,14 +68,16 @@ func (c *constants) positions(T int64) *engine.Buffer {
 	if b := c.pos[n]; b != nil {
 		return b
 	}
-	b, err := engine.NewBuffer(fmt.Sprintf("pos[%d]", n), engine.I32, n)
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(i)
+	}
+	b, err := engine.UploadRaw(c.alloc, fmt.Sprintf("pos[%d]", n), engine.I32, unsafe.Slice((*byte)(unsafe.Pointer(&p[0])), 4*len(p)), n)
 	if err != nil {
 		return c.fail(err)
 	}
-	for i, p := 0, b.Int32s(); i < len(p); i++ {
-		p[i] = int32(i)
-	}
-	c.pos[n] = c.st.add(b)
+	c.bufs = append(c.bufs, b)
+	c.pos[n] = b
 	return b
 }
 
@@ -65,11 +91,7 @@ func (c *constants) mask(rows, cols, shift int64, half int) *engine.Buffer {
 	if b := c.masks[key]; b != nil {
 		return b
 	}
-	b, err := engine.NewBuffer(fmt.Sprintf("mask[%d,%d,±%d]", rows, cols, half), engine.F32, rows, cols)
-	if err != nil {
-		return c.fail(err)
-	}
-	m := b.Float32s()
+	m := make([]float32, rows*cols)
 	ninf := float32(math.Inf(-1))
 	for i := range rows {
 		for j := range cols {
@@ -78,7 +100,12 @@ func (c *constants) mask(rows, cols, shift int64, half int) *engine.Buffer {
 			}
 		}
 	}
-	c.masks[key] = c.st.add(b)
+	b, err := engine.Upload(c.alloc, fmt.Sprintf("mask[%d,%d,±%d]", rows, cols, half), m, rows, cols)
+	if err != nil {
+		return c.fail(err)
+	}
+	c.bufs = append(c.bufs, b)
+	c.masks[key] = b
 	return b
 }
 
@@ -115,8 +142,7 @@ type Decoder struct {
 	// Dims from the tensor shapes.
 	PrenetDim, WaveDim, CondDim, Groups int
 	backend                             engine.Backend
-	w                                   decoderWeights
-	st                                  *store
+	w                                   *decoderWeights
 	consts                              *constants
 	codes                               *engine.Buffer // FSQ codes [codebook, len(levels)]
 	idft                                *engine.Buffer // [n_fft+2, n_fft] windowed inverse rDFT
@@ -160,62 +186,43 @@ func LoadDecoder(m *gguf.Model, backend engine.Backend) (*Decoder, error) {
 	case D%cfg.WaveDecoder.Heads != 0 || (D/cfg.WaveDecoder.Heads)%2 != 0:
 		return nil, fmt.Errorf("miocodec: wave_decoder dim %d does not split into %d heads of even size", D, cfg.WaveDecoder.Heads)
 	}
-	w := &d.w
-	k := len(cfg.Levels)
-	w.ProjOut.W.Shape, w.ProjOut.B.Shape = shp(P, k), shp(P)
-	expectTransformer(&w.Prenet, cfg.WavePrenet.Layers, P, ffnP, D, cond)
-	w.ConvUp = conv{W: weights.Tensor{Shape: shp(D, D, cfg.WaveUpsample)}, B: weights.Tensor{Shape: shp(D)}}
-	w.Prior = expectResBlocks(cfg.ResNetBlocks, D, cfg.ResNetKernel)
-	expectTransformer(&w.Decoder, cfg.WaveDecoder.Layers, D, ffnD, 0, cond)
-	w.Post = expectResBlocks(cfg.ResNetBlocks, D, cfg.ResNetKernel)
-	stages := len(cfg.UpsamplerFactors)
-	u := &w.Upsampler
-	u.Layers = make([]upLayer, stages)
-	u.Snakes = make([]snake, stages)
-	u.ResNets = make([]resBlock, stages)
-	c := D
-	for i := range stages {
-		co := D >> (i + 1)
-		u.Layers[i].B.Shape = shp(co)
-		u.Layers[i].G.Shape = shp(c, 1, 1)
-		u.Layers[i].V.Shape = shp(c, co, cfg.UpsamplerKernels[i])
-		u.Snakes[i] = snake{Alpha: weights.Tensor{Shape: shp(co)}, Beta: weights.Tensor{Shape: shp(co)}}
-		u.ResNets[i] = expectResBlocks(1, co, cfg.ResNetKernel)[0]
-		c = co
-	}
-	u.OutProj = conv{W: weights.Tensor{Shape: shp(D, c)}, B: weights.Tensor{Shape: shp(D)}}
-	u.OutSnk = snake{Alpha: weights.Tensor{Shape: shp(D)}, Beta: weights.Tensor{Shape: shp(D)}}
-	w.Head = conv{W: weights.Tensor{Shape: shp(cfg.NFFT+2, D)}, B: weights.Tensor{Shape: shp(cfg.NFFT + 2)}}
-	if err := weights.Bind(src, w); err != nil {
+	dd := decoderDims{P: P, D: D, FFNP: ffnP, FFND: ffnD, Cond: cond, Codes: len(cfg.Levels)}
+	w := declareDecoder(cfg, dd)
+	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("miocodec: load decoder: %w", err)
 	}
-	if err := checkTransformer("wave_prenet", &w.Prenet, false, true); err != nil {
+	d.w = w
+	d.consts = newConstants(backend)
+	fail := func(err error) (*Decoder, error) {
+		d.free()
 		return nil, err
+	}
+	if err := checkTransformer("wave_prenet", &w.Prenet, false, true); err != nil {
+		return fail(err)
 	}
 	if err := checkTransformer("wave_decoder", &w.Decoder, true, false); err != nil {
-		return nil, err
+		return fail(err)
 	}
-	if c < 1 || D%(1<<stages) != 0 {
-		return nil, fmt.Errorf("miocodec: wave_decoder_dim %d does not halve %d times", D, stages)
+	stages := len(cfg.UpsamplerFactors)
+	if D>>stages < 1 || D%(1<<stages) != 0 {
+		return fail(fmt.Errorf("miocodec: wave_decoder_dim %d does not halve %d times", D, stages))
 	}
-	for i := range u.Layers {
-		u.Layers[i].W = foldWeightNorm(u.Layers[i].G, u.Layers[i].V)
-		u.Layers[i].G, u.Layers[i].V = weights.Tensor{}, weights.Tensor{}
+	for i := range w.Upsampler.Layers {
+		u := &w.Upsampler.Layers[i]
+		s := u.V.Shape
+		if u.W, err = d.consts.upload(fmt.Sprintf("wave_upsampler.upsample_layers.%d.weight", i), foldWeightNorm(u.G, u.V), int64(s[0]), int64(s[1]), int64(s[2])); err != nil {
+			return fail(err)
+		}
+		u.G, u.V = weights.Tensor{}, weights.Tensor{} // folded into W
 	}
 	d.Groups = cfg.ResNetGroups
 	for _, ch := range []int{D, D >> stages} {
 		if ch%min(cfg.ResNetGroups, ch) != 0 {
-			return nil, fmt.Errorf("miocodec: %d channels do not split into %d GroupNorm groups", ch, cfg.ResNetGroups)
+			return fail(fmt.Errorf("miocodec: %d channels do not split into %d GroupNorm groups", ch, cfg.ResNetGroups))
 		}
 	}
-	d.st = newStore()
-	if err := d.st.upload("weights", w); err != nil {
-		d.st.close()
-		return nil, err
-	}
 	if err := d.initConstants(); err != nil {
-		d.st.close()
-		return nil, err
+		return fail(err)
 	}
 	d.cache = engine.NewCache(backend, maxPrograms)
 	return d, nil
@@ -231,12 +238,10 @@ func configOf(m *gguf.Model) (Config, error) {
 
 func (d *Decoder) initConstants() error {
 	cfg := d.Config
-	d.consts = newConstants(d.st)
 	var err error
-	if d.codes, err = engine.NewBufferFrom("fsq.codes", d.fsq.table(), int64(d.fsq.size()), int64(len(cfg.Levels))); err != nil {
+	if d.codes, err = d.consts.upload("fsq.codes", d.fsq.table(), int64(d.fsq.size()), int64(len(cfg.Levels))); err != nil {
 		return err
 	}
-	d.st.add(d.codes)
 	// Inverse real DFT with the 1/n ('backward') scale and the periodic Hann window folded
 	// in: frame[n] = w[n]/N·(Re X0 + Re X_{N/2}(−1)^n + 2Σ_{0<k<N/2}(Re Xk cos − Im Xk sin)(2πkn/N)).
 	// Imaginary parts of DC and Nyquist drop out as in irfft.
@@ -266,11 +271,8 @@ func (d *Decoder) initConstants() error {
 			}
 		}
 	}
-	if d.idft, err = engine.NewBufferFrom("istft.basis", basis, int64(2*K), int64(N)); err != nil {
-		return err
-	}
-	d.st.add(d.idft)
-	return nil
+	d.idft, err = d.consts.upload("istft.basis", basis, int64(2*K), int64(N))
+	return err
 }
 
 // Close frees the programs and the weights.
@@ -281,10 +283,16 @@ func (d *Decoder) Close() {
 		d.cache.Close()
 		d.cache = nil
 	}
-	if d.st != nil {
-		d.st.close()
-		d.st = nil
+	d.free()
+}
+
+// free releases the weights and constants.
+func (d *Decoder) free() {
+	nn.Free(d.w)
+	if d.consts != nil {
+		d.consts.close()
 	}
+	d.w = nil
 }
 
 // NumGroupNorms is the number of GroupNorms in the decoder (prior, post and upsampler
@@ -330,7 +338,7 @@ func (dg *decodeGraph) tm2cf(x engine.Tensor) engine.Tensor {
 
 // groupNorm normalises x [1, C, T] over groups of channels and all its frames with the
 // statistics of the plan's mode, then applies the affine parameters.
-func (dg *decodeGraph) groupNorm(x engine.Tensor, nw norm) engine.Tensor {
+func (dg *decodeGraph) groupNorm(x engine.Tensor, nw *nn.GroupNorm) engine.Tensor {
 	g := dg.g
 	const eps = 1e-6
 	C, T := x.Dim(1), x.Dim(2)
@@ -346,7 +354,7 @@ func (dg *decodeGraph) groupNorm(x engine.Tensor, nw norm) engine.Tensor {
 	var mean, variance engine.Tensor
 	switch dg.pl.gn {
 	case gnPlain:
-		return g.GroupNorm(x, int(G), dg.pp(nw.W), dg.pp(nw.B), eps)
+		return nw.Forward(g, x, int(G), eps)
 	case gnFrozen:
 		mean = g.Input(name+".mean", engine.F32, G, 1)
 		variance = g.Input(name+".var", engine.F32, G, 1)
@@ -373,16 +381,16 @@ func (dg *decodeGraph) groupNorm(x engine.Tensor, nw norm) engine.Tensor {
 		g.Output(name+".commit", g.Concat(0, g.Reshape(c1, 1, G, 1), g.Reshape(c2, 1, G, 1)))
 	}
 	y := g.Div(g.Sub(g.Reshape(x, G, -1), mean), g.Sqrt(g.Scale(variance, 1, eps)))
-	return g.ChannelAffine(g.Reshape(y, 1, C, T), dg.p(nw.W), dg.p(nw.B))
+	return g.ChannelAffine(g.Reshape(y, 1, C, T), nw.Weight.In(g), nw.Bias.In(g))
 }
 
 func (dg *decodeGraph) resBlock(x engine.Tensor, rb *resBlock) engine.Tensor {
 	g := dg.g
-	pad := int64(rb.Conv1.W.Shape[2] / 2)
-	h := g.SiLU(dg.groupNorm(x, rb.Norm1))
-	h = g.Conv1D(h, dg.p(rb.Conv1.W), dg.pp(rb.Conv1.B), 1, pad, pad, 1, 1)
-	h = g.SiLU(dg.groupNorm(h, rb.Norm2))
-	h = g.Conv1D(h, dg.p(rb.Conv2.W), dg.pp(rb.Conv2.B), 1, pad, pad, 1, 1)
+	pad := int64(rb.Conv1.Weight.Dim(2) / 2)
+	h := g.SiLU(dg.groupNorm(x, &rb.Norm1))
+	h = rb.Conv1.Forward(g, h, 1, pad, pad, 1)
+	h = g.SiLU(dg.groupNorm(h, &rb.Norm2))
+	h = rb.Conv2.Forward(g, h, 1, pad, pad, 1)
 	return g.Add(h, x)
 }
 
@@ -392,8 +400,8 @@ func (dg *decodeGraph) resBlock(x engine.Tensor, rb *resBlock) engine.Tensor {
 func (d *Decoder) build(pl plan) (*engine.Graph, error) {
 	cfg := d.Config
 	g := engine.NewGraph(fmt.Sprintf("miocodec.decode[%s]", pl.key()))
-	dg := &decodeGraph{builder: &builder{g: g, st: d.st, consts: d.consts, dbg: pl.debug}, d: d, pl: pl}
-	w := &d.w
+	dg := &decodeGraph{builder: &builder{g: g, consts: d.consts, dbg: pl.debug}, d: d, pl: pl}
+	w := d.w
 	N := int64(pl.n)
 	tokens := g.Input("tokens", engine.I32, N)
 	global := g.Input("global", engine.F32, 1, int64(d.CondDim))
@@ -401,13 +409,13 @@ func (d *Decoder) build(pl plan) (*engine.Graph, error) {
 	g.Label("local_quantizer")
 	codes := g.GatherRows(g.Persistent(d.codes), tokens)
 	dg.debug("fsq_codes", codes)
-	x := dg.linear(codes, w.ProjOut.W, w.ProjOut.B)
+	x := w.ProjOut.Forward(g, codes)
 	dg.debug("content_embedding", x)
 	x = dg.transformer("wave_prenet", "prenet", &w.Prenet, cfg.WavePrenet, x, nil)
 	dg.debug("prenet_out", x)
 
 	g.Label("wave_conv_upsample")
-	y := g.ConvTranspose1D(dg.tm2cf(x), dg.p(w.ConvUp.W), dg.pp(w.ConvUp.B), int64(cfg.WaveUpsample), 0, 0, 1, 1)
+	y := w.ConvUp.Forward(g, dg.tm2cf(x), int64(cfg.WaveUpsample), 0, 0, 1, 1)
 	dg.debug("conv_upsample_out", dg.cf2tm(y))
 	if int64(pl.frames) != y.Dim(2) {
 		y = g.InterpLinear(y, int64(pl.frames))
@@ -435,29 +443,26 @@ func (d *Decoder) build(pl plan) (*engine.Graph, error) {
 		g.Label(fmt.Sprintf("wave_upsampler.%d", i))
 		s := int64(cfg.UpsamplerFactors[i])
 		pad := int64(cfg.UpsamplerKernels[i]-cfg.UpsamplerFactors[i]) / 2
-		y = g.ConvTranspose1D(y, dg.p(u.Layers[i].W), dg.pp(u.Layers[i].B), s, pad, 0, 1, 1)
+		y = g.ConvTranspose1D(y, g.Persistent(u.Layers[i].W), u.Layers[i].B.Opt(g), s, pad, 0, 1, 1)
 		dg.debug(fmt.Sprintf("ups%d_convT", i), dg.cf2tm(y))
-		y = g.SnakeBeta(y, dg.p(u.Snakes[i].Alpha), dg.p(u.Snakes[i].Beta))
+		y = g.SnakeBeta(y, u.Snakes[i].Alpha.In(g), u.Snakes[i].Beta.In(g))
 		dg.debug(fmt.Sprintf("ups%d_snake", i), dg.cf2tm(y))
 		y = dg.resBlock(y, &u.ResNets[i])
 		dg.debug(fmt.Sprintf("ups%d_resnet", i), dg.cf2tm(y))
 	}
 	g.Label("wave_upsampler.out")
-	h := dg.linear(dg.cf2tm(y), u.OutProj.W, u.OutProj.B)
-	y = g.SnakeBeta(dg.tm2cf(h), dg.p(u.OutSnk.Alpha), dg.p(u.OutSnk.Beta))
+	h := u.OutProj.Forward(g, dg.cf2tm(y))
+	y = g.SnakeBeta(dg.tm2cf(h), u.OutSnk.Alpha.In(g), u.OutSnk.Beta.In(g))
 	dg.debug("upsampler_out", dg.cf2tm(y))
 
 	g.Label("istft_head")
-	h = dg.linear(dg.cf2tm(y), w.Head.W, w.Head.B) // [T, n_fft+2]
+	h = w.Head.Forward(g, dg.cf2tm(y)) // [T, n_fft+2]
 	dg.debug("head_out", h)
 	K := int64(cfg.NFFT/2 + 1)
 	mag := g.Clamp(g.Exp(g.Slice(h, 1, 0, K)), 0, 100)
 	ph := g.Slice(h, 1, K, 2*K)
 	spec := g.Concat(1, g.Mul(mag, g.Cos(ph)), g.Mul(mag, g.Sin(ph)))
 	g.Output("frames", g.Matmul(spec, g.Persistent(d.idft)))
-	if dg.err != nil {
-		return nil, dg.err
-	}
 	if d.consts.err != nil {
 		return nil, d.consts.err
 	}

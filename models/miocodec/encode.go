@@ -6,7 +6,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
-	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Encoder is MioCodec's content encoder: the WavLM hidden states of the local SSL layers
@@ -15,8 +15,7 @@ import (
 type Encoder struct {
 	Config      Config
 	Dim, OutDim int // local_encoder width; content embedding width (proj_out)
-	w           encoderWeights
-	st          *store
+	w           *encoderWeights
 	consts      *constants
 	codes       *engine.Buffer
 	fsq         fsq
@@ -64,28 +63,19 @@ func LoadEncoder(m *gguf.Model, backend engine.Backend) (*Encoder, error) {
 	}
 	e.Dim, e.OutDim = D, out
 	k := len(cfg.Levels)
-	w := &e.w
-	expectTransformer(&w.Local, lc.Layers, D, ffn, 0, 0)
-	w.Down = conv{W: weights.Tensor{Shape: shp(D, D, cfg.DownsampleFactor)}, B: weights.Tensor{Shape: shp(D)}}
-	q := &w.Quantize
-	q.InW.Shape, q.InB.Shape, q.OutW.Shape, q.OutB.Shape = shp(k, D), shp(k), shp(out, k), shp(out)
-	if err := weights.Bind(src, w); err != nil {
+	w := declareEncoder(cfg, D, ffn, out, k)
+	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("miocodec: load encoder: %w", err)
 	}
+	e.w, e.consts = w, newConstants(backend)
 	if err := checkTransformer("local_encoder", &w.Local, false, false); err != nil {
+		e.free()
 		return nil, err
 	}
-	e.st = newStore()
-	if err := e.st.upload("weights", w); err != nil {
-		e.st.close()
+	if e.codes, err = e.consts.upload("fsq.codes", e.fsq.table(), int64(e.fsq.size()), int64(k)); err != nil {
+		e.free()
 		return nil, err
 	}
-	e.consts = newConstants(e.st)
-	if e.codes, err = engine.NewBufferFrom("fsq.codes", e.fsq.table(), int64(e.fsq.size()), int64(k)); err != nil {
-		e.st.close()
-		return nil, err
-	}
-	e.st.add(e.codes)
 	e.cache = engine.NewCache(backend, 16)
 	return e, nil
 }
@@ -98,10 +88,16 @@ func (e *Encoder) Close() {
 		e.cache.Close()
 		e.cache = nil
 	}
-	if e.st != nil {
-		e.st.close()
-		e.st = nil
+	e.free()
+}
+
+// free releases the weights and constants.
+func (e *Encoder) free() {
+	nn.Free(e.w)
+	if e.consts != nil {
+		e.consts.close()
 	}
+	e.w = nil
 }
 
 // buildLatent: inputs "ssl0".. [T, C] (the local SSL layers) → outputs local_ssl_norm,
@@ -109,7 +105,7 @@ func (e *Encoder) Close() {
 func (e *Encoder) buildLatent(T, C int) (*engine.Graph, error) {
 	cfg := e.Config
 	g := engine.NewGraph(fmt.Sprintf("miocodec.encode[T=%d]", T))
-	b := &builder{g: g, st: e.st, consts: e.consts}
+	b := &builder{g: g, consts: e.consts}
 	n := len(cfg.LocalSSLLayers)
 	ins := make([]engine.Tensor, n)
 	ws := make([]float32, n)
@@ -130,14 +126,11 @@ func (e *Encoder) buildLatent(T, C int) (*engine.Graph, error) {
 	g.Output("local_encoder_out", x)
 	g.Label("conv_downsample")
 	f := int64(cfg.DownsampleFactor)
-	y := g.Conv1D(g.Reshape(g.Transpose(x, 0, 1), 1, x.Dim(1), x.Dim(0)), b.p(e.w.Down.W), b.pp(e.w.Down.B), f, 0, 0, 1, 1)
+	y := e.w.Down.Forward(g, g.Reshape(g.Transpose(x, 0, 1), 1, x.Dim(1), x.Dim(0)), f, 0, 0, 1)
 	y = g.Transpose(g.Reshape(y, y.Dim(1), y.Dim(2)), 0, 1)
 	g.Output("downsampled", y)
 	g.Label("local_quantizer")
-	g.Output("fsq_latent", b.linear(y, e.w.Quantize.InW, e.w.Quantize.InB))
-	if b.err != nil {
-		return nil, b.err
-	}
+	g.Output("fsq_latent", e.w.Quantize.In.Forward(g, y))
 	if e.consts.err != nil {
 		return nil, e.consts.err
 	}
@@ -147,13 +140,9 @@ func (e *Encoder) buildLatent(T, C int) (*engine.Graph, error) {
 // buildContent: input "tokens" [N] → output "content" [N, OutDim] = proj_out(codes).
 func (e *Encoder) buildContent(N int) (*engine.Graph, error) {
 	g := engine.NewGraph(fmt.Sprintf("miocodec.content[N=%d]", N))
-	b := &builder{g: g, st: e.st, consts: e.consts}
 	tok := g.Input("tokens", engine.I32, int64(N))
 	codes := g.GatherRows(g.Persistent(e.codes), tok)
-	g.Output("content", b.linear(codes, e.w.Quantize.OutW, e.w.Quantize.OutB))
-	if b.err != nil {
-		return nil, b.err
-	}
+	g.Output("content", e.w.Quantize.Out.Forward(g, codes))
 	return g, g.Err()
 }
 

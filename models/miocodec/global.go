@@ -10,8 +10,8 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
-	"github.com/voxpipe/voxpipe/engine/weights"
 	"github.com/voxpipe/voxpipe/internal/parity"
+	"github.com/voxpipe/voxpipe/models/nn"
 	"github.com/voxpipe/voxpipe/models/wavlm"
 )
 
@@ -19,35 +19,25 @@ import (
 // → mean → global encoder (ConvNeXt backbone, attentive statistics pooling, Linear,
 // LayerNorm) → 128-d global embedding.
 
-type globalBlockWeights struct {
-	Gamma weights.Tensor `gguf:"gamma,optional"`
-	DwW   weights.Tensor `gguf:"dwconv.weight"`
-	DwB   weights.Tensor `gguf:"dwconv.bias"`
-	NW    weights.Tensor `gguf:"norm.weight"`
-	NB    weights.Tensor `gguf:"norm.bias"`
-	P1W   weights.Tensor `gguf:"pwconv1.weight"`
-	P1B   weights.Tensor `gguf:"pwconv1.bias"`
-	P2W   weights.Tensor `gguf:"pwconv2.weight"`
-	P2B   weights.Tensor `gguf:"pwconv2.bias"`
+type globalBlock struct {
+	Gamma nn.Tensor    `gguf:"gamma,optional"`
+	Dw    nn.Conv1d    `gguf:"dwconv"`
+	Norm  nn.LayerNorm `gguf:"norm"`
+	P1    nn.Linear    `gguf:"pwconv1"`
+	P2    nn.Linear    `gguf:"pwconv2"`
 }
 
 type globalEncoderWeights struct {
 	G struct {
-		EmbedW weights.Tensor       `gguf:"backbone.embed.weight"`
-		EmbedB weights.Tensor       `gguf:"backbone.embed.bias"`
-		NormW  weights.Tensor       `gguf:"backbone.norm.weight"`
-		NormB  weights.Tensor       `gguf:"backbone.norm.bias"`
-		Blocks []globalBlockWeights `gguf:"backbone.convnext.%d"`
-		FinW   weights.Tensor       `gguf:"backbone.final_layer_norm.weight"`
-		FinB   weights.Tensor       `gguf:"backbone.final_layer_norm.bias"`
-		A0W    weights.Tensor       `gguf:"pooling.attn.0.weight"`
-		A0B    weights.Tensor       `gguf:"pooling.attn.0.bias"`
-		A2W    weights.Tensor       `gguf:"pooling.attn.2.weight"`
-		A2B    weights.Tensor       `gguf:"pooling.attn.2.bias"`
-		ProjW  weights.Tensor       `gguf:"pooling.proj.weight"`
-		ProjB  weights.Tensor       `gguf:"pooling.proj.bias"`
-		PNW    weights.Tensor       `gguf:"pooling.norm.weight"`
-		PNB    weights.Tensor       `gguf:"pooling.norm.bias"`
+		Embed  nn.Conv1d     `gguf:"backbone.embed"`
+		Norm   nn.LayerNorm  `gguf:"backbone.norm"`
+		Blocks []globalBlock `gguf:"backbone.convnext.%d"`
+		Fin    nn.LayerNorm  `gguf:"backbone.final_layer_norm"`
+		// The k=1 pooling convs [out, in, 1] are Linear layers on time-major features.
+		A0    nn.Linear    `gguf:"pooling.attn.0"`
+		A2    nn.Linear    `gguf:"pooling.attn.2"`
+		Proj  nn.Linear    `gguf:"pooling.proj"`
+		PNorm nn.LayerNorm `gguf:"pooling.norm"`
 	} `gguf:"global_encoder"`
 }
 
@@ -57,20 +47,35 @@ type GlobalEncoderConfig struct {
 	EmbedKernel, DwKernel                            int
 }
 
-type globalBlockBufs struct {
-	gamma, dwW, dwB, nW, nB, p1W, p1B, p2W, p2B *engine.Buffer
+type globalEncoder struct {
+	cfg GlobalEncoderConfig
+	w   *globalEncoderWeights
 }
 
-type globalEncoder struct {
-	cfg                GlobalEncoderConfig
-	embedW, embedB     *engine.Buffer
-	normW, normB       *engine.Buffer
-	blocks             []globalBlockBufs
-	finW, finB         *engine.Buffer
-	a0W, a0B, a2W, a2B *engine.Buffer
-	projW, projB       *engine.Buffer
-	pNormW, pNormB     *engine.Buffer
-	bufs               []*engine.Buffer
+// declare is the global encoder of c with every expected shape.
+func (c GlobalEncoderConfig) declare() *globalEncoderWeights {
+	conv1 := func(in, out int) nn.Linear {
+		l := nn.NewLinear(in, out, true)
+		l.Weight.Shape = []int{out, in, 1}
+		return l
+	}
+	w := &globalEncoderWeights{}
+	g := &w.G
+	g.Embed = nn.NewConv1d(c.In, c.Dim, c.EmbedKernel, 1, true)
+	g.Norm, g.Fin = nn.NewLayerNorm(c.Dim), nn.NewLayerNorm(c.Dim)
+	g.Blocks = make([]globalBlock, c.Blocks)
+	for i := range g.Blocks {
+		g.Blocks[i] = globalBlock{
+			Gamma: nn.Shaped(c.Dim),
+			Dw:    nn.NewConv1d(c.Dim, c.Dim, c.DwKernel, c.Dim, true),
+			Norm:  nn.NewLayerNorm(c.Dim),
+			P1:    nn.NewLinear(c.Dim, c.Intermediate, true),
+			P2:    nn.NewLinear(c.Intermediate, c.Dim, true),
+		}
+	}
+	g.A0, g.A2 = conv1(c.Dim, c.AttnChannels), conv1(c.AttnChannels, c.Dim)
+	g.Proj, g.PNorm = nn.NewLinear(2*c.Dim, c.Out, true), nn.NewLayerNorm(c.Out)
+	return w
 }
 
 func globalDims(src *gguf.Model) (GlobalEncoderConfig, error) {
@@ -121,102 +126,19 @@ func globalDims(src *gguf.Model) (GlobalEncoderConfig, error) {
 }
 
 // loadGlobalEncoder binds `global_encoder.*` of the `weights/` view and uploads it.
-func loadGlobalEncoder(src *gguf.Model) (*globalEncoder, error) {
+func loadGlobalEncoder(src *gguf.Model, backend engine.Backend) (*globalEncoder, error) {
 	c, err := globalDims(src)
 	if err != nil {
 		return nil, err
 	}
-	var w globalEncoderWeights
-	g := &w.G
-	g.EmbedW.Shape, g.EmbedB.Shape = []int{c.Dim, c.In, c.EmbedKernel}, []int{c.Dim}
-	g.NormW.Shape, g.NormB.Shape = []int{c.Dim}, []int{c.Dim}
-	g.Blocks = make([]globalBlockWeights, c.Blocks)
-	for i := range g.Blocks {
-		b := &g.Blocks[i]
-		b.Gamma.Shape = []int{c.Dim}
-		b.DwW.Shape, b.DwB.Shape = []int{c.Dim, 1, c.DwKernel}, []int{c.Dim}
-		b.NW.Shape, b.NB.Shape = []int{c.Dim}, []int{c.Dim}
-		b.P1W.Shape, b.P1B.Shape = []int{c.Intermediate, c.Dim}, []int{c.Intermediate}
-		b.P2W.Shape, b.P2B.Shape = []int{c.Dim, c.Intermediate}, []int{c.Dim}
-	}
-	g.FinW.Shape, g.FinB.Shape = []int{c.Dim}, []int{c.Dim}
-	g.A0W.Shape, g.A0B.Shape = []int{c.AttnChannels, c.Dim, 1}, []int{c.AttnChannels}
-	g.A2W.Shape, g.A2B.Shape = []int{c.Dim, c.AttnChannels, 1}, []int{c.Dim}
-	g.ProjW.Shape, g.ProjB.Shape = []int{c.Out, 2 * c.Dim}, []int{c.Out}
-	g.PNW.Shape, g.PNB.Shape = []int{c.Out}, []int{c.Out}
-	if err := weights.Bind(src, &w); err != nil {
+	w := c.declare()
+	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("miocodec: global encoder: %w", err)
 	}
-	ge := &globalEncoder{cfg: c}
-	up := func(name string, t weights.Tensor, shape ...int64) (*engine.Buffer, error) {
-		if shape == nil {
-			for _, d := range t.Shape {
-				shape = append(shape, int64(d))
-			}
-		}
-		b, err := engine.NewBufferFrom("global_encoder."+name, t.Data, shape...)
-		if err != nil {
-			return nil, fmt.Errorf("miocodec: upload global_encoder.%s: %w", name, err)
-		}
-		ge.bufs = append(ge.bufs, b)
-		return b, nil
-	}
-	D, A := int64(c.Dim), int64(c.AttnChannels)
-	type item struct {
-		dst   **engine.Buffer
-		name  string
-		t     weights.Tensor
-		shape []int64
-	}
-	items := []item{
-		{&ge.embedW, "backbone.embed.weight", g.EmbedW, nil},
-		{&ge.embedB, "backbone.embed.bias", g.EmbedB, nil},
-		{&ge.normW, "backbone.norm.weight", g.NormW, nil},
-		{&ge.normB, "backbone.norm.bias", g.NormB, nil},
-		{&ge.finW, "backbone.final_layer_norm.weight", g.FinW, nil},
-		{&ge.finB, "backbone.final_layer_norm.bias", g.FinB, nil},
-		// The k=1 pooling convs are Linear layers on time-major features.
-		{&ge.a0W, "pooling.attn.0.weight", g.A0W, []int64{A, D}},
-		{&ge.a0B, "pooling.attn.0.bias", g.A0B, nil},
-		{&ge.a2W, "pooling.attn.2.weight", g.A2W, []int64{D, A}},
-		{&ge.a2B, "pooling.attn.2.bias", g.A2B, nil},
-		{&ge.projW, "pooling.proj.weight", g.ProjW, nil},
-		{&ge.projB, "pooling.proj.bias", g.ProjB, nil},
-		{&ge.pNormW, "pooling.norm.weight", g.PNW, nil},
-		{&ge.pNormB, "pooling.norm.bias", g.PNB, nil},
-	}
-	ge.blocks = make([]globalBlockBufs, c.Blocks)
-	for i := range g.Blocks {
-		b, bb := &g.Blocks[i], &ge.blocks[i]
-		p := fmt.Sprintf("backbone.convnext.%d.", i)
-		items = append(items,
-			item{&bb.dwW, p + "dwconv.weight", b.DwW, nil},
-			item{&bb.dwB, p + "dwconv.bias", b.DwB, nil},
-			item{&bb.nW, p + "norm.weight", b.NW, nil},
-			item{&bb.nB, p + "norm.bias", b.NB, nil},
-			item{&bb.p1W, p + "pwconv1.weight", b.P1W, nil},
-			item{&bb.p1B, p + "pwconv1.bias", b.P1B, nil},
-			item{&bb.p2W, p + "pwconv2.weight", b.P2W, nil},
-			item{&bb.p2B, p + "pwconv2.bias", b.P2B, nil})
-		if b.Gamma.Present() {
-			items = append(items, item{&bb.gamma, p + "gamma", b.Gamma, nil})
-		}
-	}
-	for _, it := range items {
-		if *it.dst, err = up(it.name, it.t, it.shape...); err != nil {
-			ge.close()
-			return nil, err
-		}
-	}
-	return ge, nil
+	return &globalEncoder{cfg: c, w: w}, nil
 }
 
-func (ge *globalEncoder) close() {
-	for _, b := range ge.bufs {
-		b.Free()
-	}
-	ge.bufs = nil
-}
+func (ge *globalEncoder) close() { nn.Free(ge.w) }
 
 // build is the global encoder for t SSL frames: input "ssl" [t, In] → output "embedding"
 // [Out]; with debug, the stage outputs of the golden cases too.
@@ -224,37 +146,35 @@ func (ge *globalEncoder) build(t int, debug bool) *engine.Graph {
 	c := ge.cfg
 	T, D := int64(t), int64(c.Dim)
 	g := engine.NewGraph(fmt.Sprintf("miocodec.global_encoder[T=%d]", t))
-	p := func(b *engine.Buffer) *engine.Tensor {
-		x := g.Persistent(b)
-		return &x
-	}
+	w := &ge.w.G
 	const eps = 1e-6
 	g.Label("global_encoder.backbone.embed")
 	x := g.Input("ssl", engine.F32, T, int64(c.In))
 	cf := g.Permute(g.Reshape(x, 1, T, int64(c.In)), 0, 2, 1) // [1, In, T]
-	e := g.Conv1D(cf, *p(ge.embedW), p(ge.embedB), 1, int64(c.EmbedKernel/2), int64(c.EmbedKernel/2), 1, 1)
+	e := w.Embed.Forward(g, cf, 1, int64(c.EmbedKernel/2), int64(c.EmbedKernel/2), 1)
 	if debug {
 		g.Output("ge_embed", g.Permute(e, 0, 2, 1))
 	}
-	h := g.LayerNorm(g.Permute(e, 0, 2, 1), p(ge.normW), p(ge.normB), eps) // [1, T, D]
-	for i, b := range ge.blocks {
+	h := w.Norm.Forward(g, g.Permute(e, 0, 2, 1), eps) // [1, T, D]
+	for i := range w.Blocks {
+		b := &w.Blocks[i]
 		g.Label(fmt.Sprintf("global_encoder.backbone.convnext.%d", i))
-		d := g.Conv1D(g.Permute(h, 0, 2, 1), *p(b.dwW), p(b.dwB), 1, int64(c.DwKernel/2), int64(c.DwKernel/2), 1, D)
-		y := g.LayerNorm(g.Permute(d, 0, 2, 1), p(b.nW), p(b.nB), eps)
-		y = g.Linear(g.GELU(g.Linear(y, *p(b.p1W), p(b.p1B)), false), *p(b.p2W), p(b.p2B))
-		if b.gamma != nil {
-			y = g.Mul(y, *p(b.gamma))
+		d := b.Dw.Forward(g, g.Permute(h, 0, 2, 1), 1, int64(c.DwKernel/2), int64(c.DwKernel/2), 1)
+		y := b.Norm.Forward(g, g.Permute(d, 0, 2, 1), eps)
+		y = b.P2.Forward(g, g.GELU(b.P1.Forward(g, y), false))
+		if b.Gamma.Present() {
+			y = g.Mul(y, b.Gamma.In(g))
 		}
 		h = g.Add(h, y)
 	}
 	g.Label("global_encoder.backbone.final_layer_norm")
-	h = g.Reshape(g.LayerNorm(h, p(ge.finW), p(ge.finB), eps), T, D)
+	h = g.Reshape(w.Fin.Forward(g, h, eps), T, D)
 	if debug {
 		g.Output("ge_backbone", h)
 	}
 	g.Label("global_encoder.pooling")
-	a := g.Linear(g.Tanh(g.Linear(h, *p(ge.a0W), p(ge.a0B))), *p(ge.a2W), p(ge.a2B)) // [T, D]
-	alpha := g.Softmax(g.Permute(a, 1, 0), nil, 1)                                   // [D, T], over time
+	a := w.A2.Forward(g, g.Tanh(w.A0.Forward(g, h))) // [T, D]
+	alpha := g.Softmax(g.Permute(a, 1, 0), nil, 1)   // [D, T], over time
 	if debug {
 		g.Output("ge_attn_weights", g.Permute(alpha, 1, 0))
 	}
@@ -266,7 +186,7 @@ func (ge *globalEncoder) build(t int, debug bool) *engine.Graph {
 	if debug {
 		g.Output("ge_pooled_stats", stats)
 	}
-	out := g.LayerNorm(g.Linear(stats, *p(ge.projW), p(ge.projB)), p(ge.pNormW), p(ge.pNormB), 1e-5)
+	out := w.PNorm.Forward(g, w.Proj.Forward(g, stats), 1e-5)
 	g.Output("embedding", out)
 	return g
 }
@@ -320,7 +240,7 @@ func NewSpeakerEncoderShared(m *gguf.Model, w *wavlm.Model, layers []int, backen
 			return nil, fmt.Errorf("miocodec: global SSL layer %d outside 1..%d", l, wc.Layers)
 		}
 	}
-	ge, err := loadGlobalEncoder(m.Sub("weights"))
+	ge, err := loadGlobalEncoder(m.Sub("weights"), backend)
 	if err != nil {
 		return nil, err
 	}

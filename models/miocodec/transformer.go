@@ -5,41 +5,13 @@ import (
 	"math"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/engine/weights"
 )
 
-// builder builds one graph over the weights of a store and the shared constants.
+// builder builds one graph over a model's weights and its shared constants.
 type builder struct {
 	g      *engine.Graph
-	st     *store
 	consts *constants
 	dbg    bool // stage outputs for the golden checks
-	err    error
-}
-
-// p is the persistent tensor of a bound weight.
-func (b *builder) p(t weights.Tensor) engine.Tensor {
-	buf := b.st.buf(t)
-	if buf == nil {
-		if b.err == nil {
-			b.err = fmt.Errorf("miocodec: internal: weight %v not uploaded", t.Shape)
-		}
-		return b.g.Input(fmt.Sprintf("missing.%d", b.g.NumNodes()), engine.F32, 1)
-	}
-	return b.g.Persistent(buf)
-}
-
-func (b *builder) pp(t weights.Tensor) *engine.Tensor {
-	x := b.p(t)
-	return &x
-}
-
-// linear is x·Wᵀ + b over the last axis.
-func (b *builder) linear(x engine.Tensor, w, bias weights.Tensor) engine.Tensor {
-	if bias.Present() {
-		return b.g.Linear(x, b.p(w), b.pp(bias))
-	}
-	return b.g.Linear(x, b.p(w), nil)
 }
 
 // transformer runs a MioCodec Transformer on x [T, dim] (time-major). cond is SiLU(c)
@@ -54,8 +26,8 @@ func (b *builder) transformer(name, tag string, w *transformer, c TransformerCon
 	const eps = 1e-5
 
 	// adaParams splits Linear(SiLU(c)) into n chunks of dim ([1, dim] each).
-	adaParams := func(a adaNorm, n int) []engine.Tensor {
-		p := b.linear(*cond, a.W, a.B)
+	adaParams := func(a *adaNorm, n int) []engine.Tensor {
+		p := a.Proj.Forward(g, *cond)
 		out := make([]engine.Tensor, n)
 		for i := range out {
 			out[i] = g.Slice(p, 1, int64(i)*dim, int64(i+1)*dim)
@@ -74,19 +46,19 @@ func (b *builder) transformer(name, tag string, w *transformer, c TransformerCon
 		var h engine.Tensor
 		var gateA, gateF, shiftF, scaleF engine.Tensor
 		if cond != nil {
-			pa := adaParams(l.AttnAdaNorm, 3)
-			pf := adaParams(l.FFNAdaNorm, 3)
+			pa := adaParams(&l.AttnAdaNorm, 3)
+			pf := adaParams(&l.FFNAdaNorm, 3)
 			h = modulate(g.LayerNorm(x, nil, nil, eps), pa[0], pa[1])
 			gateA, shiftF, scaleF, gateF = pa[2], pf[0], pf[1], pf[2]
 		} else {
-			h = g.LayerNorm(x, b.pp(l.AttnNorm.W), b.pp(l.AttnNorm.B), eps)
+			h = l.AttnNorm.Forward(g, x, eps)
 		}
-		q := g.RoPE(heads(g.Linear(h, b.p(l.Q), nil)), pos, hd, engine.RoPEInterleaved, theta)
-		k := g.RoPE(heads(g.Linear(h, b.p(l.K), nil)), pos, hd, engine.RoPEInterleaved, theta)
-		v := heads(g.Linear(h, b.p(l.V), nil))
+		q := g.RoPE(heads(l.Q.Forward(g, h)), pos, hd, engine.RoPEInterleaved, theta)
+		k := g.RoPE(heads(l.K.Forward(g, h)), pos, hd, engine.RoPEInterleaved, theta)
+		v := heads(l.V.Forward(g, h))
 		att := b.windowAttention(q, k, v, c.HalfWindow, float32(1/math.Sqrt(float64(hd))))
 		att = g.Reshape(g.Permute(att, 0, 2, 1, 3), T, dim)
-		o := g.Linear(att, b.p(l.O), nil)
+		o := l.O.Forward(g, att)
 		if cond != nil {
 			o = g.Mul(o, gateA)
 		}
@@ -95,10 +67,10 @@ func (b *builder) transformer(name, tag string, w *transformer, c TransformerCon
 		if cond != nil {
 			h = modulate(g.LayerNorm(x, nil, nil, eps), shiftF, scaleF)
 		} else {
-			h = g.LayerNorm(x, b.pp(l.FFNNorm.W), b.pp(l.FFNNorm.B), eps)
+			h = l.FFNNorm.Forward(g, x, eps)
 		}
-		f := g.Mul(g.SiLU(g.Linear(h, b.p(l.W1), nil)), g.Linear(h, b.p(l.W3), nil))
-		f = g.Linear(f, b.p(l.W2), nil)
+		f := g.Mul(g.SiLU(l.W1.Forward(g, h)), l.W3.Forward(g, h))
+		f = l.W2.Forward(g, f)
 		if cond != nil {
 			f = g.Mul(f, gateF)
 		}
@@ -109,13 +81,13 @@ func (b *builder) transformer(name, tag string, w *transformer, c TransformerCon
 	}
 	g.Label(name + ".norm")
 	if cond != nil {
-		pn := adaParams(w.AdaNorm, 2)
+		pn := adaParams(&w.AdaNorm, 2)
 		x = modulate(g.LayerNorm(x, nil, nil, eps), pn[0], pn[1])
 	} else {
-		x = g.LayerNorm(x, b.pp(w.Norm.W), b.pp(w.Norm.B), eps)
+		x = w.Norm.Forward(g, x, eps)
 	}
-	if w.OutW.Present() {
-		x = b.linear(x, w.OutW, w.OutB)
+	if w.Out.Weight.Present() {
+		x = w.Out.Forward(g, x)
 	}
 	return x
 }

@@ -8,8 +8,9 @@ package qwen3
 
 import (
 	"encoding/json"
-	"fmt"
+
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Config is the part of a Hugging Face Qwen3 config.json the model needs.
@@ -52,27 +53,7 @@ func base(hidden, ffn int) Config {
 type TensorSpec = weights.Spec
 
 // Tensors lists every weight of the model (tied embeddings: no lm_head).
-func (c Config) Tensors() []TensorSpec {
-	ts := []TensorSpec{{Name: "model.embed_tokens.weight", Shape: []int{c.Vocab, c.Hidden}}}
-	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	for i := range c.Layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		ts = append(ts,
-			TensorSpec{Name: p + "input_layernorm.weight", Shape: []int{c.Hidden}},
-			TensorSpec{Name: p + "self_attn.q_proj.weight", Shape: []int{q, c.Hidden}},
-			TensorSpec{Name: p + "self_attn.k_proj.weight", Shape: []int{kv, c.Hidden}},
-			TensorSpec{Name: p + "self_attn.v_proj.weight", Shape: []int{kv, c.Hidden}},
-			TensorSpec{Name: p + "self_attn.o_proj.weight", Shape: []int{c.Hidden, q}},
-			TensorSpec{Name: p + "self_attn.q_norm.weight", Shape: []int{c.HeadDim}},
-			TensorSpec{Name: p + "self_attn.k_norm.weight", Shape: []int{c.HeadDim}},
-			TensorSpec{Name: p + "post_attention_layernorm.weight", Shape: []int{c.Hidden}},
-			TensorSpec{Name: p + "mlp.gate_proj.weight", Shape: []int{c.FFN, c.Hidden}},
-			TensorSpec{Name: p + "mlp.up_proj.weight", Shape: []int{c.FFN, c.Hidden}},
-			TensorSpec{Name: p + "mlp.down_proj.weight", Shape: []int{c.Hidden, c.FFN}},
-		)
-	}
-	return append(ts, TensorSpec{Name: "model.norm.weight", Shape: []int{c.Hidden}})
-}
+func (c Config) Tensors() []TensorSpec { return nn.Specs(c.declare()) }
 
 // JSON is the config as config.json.
 func (c Config) JSON() ([]byte, error) { return json.MarshalIndent(c, "", "  ") }

@@ -5,98 +5,58 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
-// layerWeights are one decoder layer's tensors (Hugging Face names under model.layers.N).
-type layerWeights struct {
-	InNorm   weights.Tensor `gguf:"input_layernorm.weight"`
-	Q        weights.Tensor `gguf:"self_attn.q_proj.weight"`
-	K        weights.Tensor `gguf:"self_attn.k_proj.weight"`
-	V        weights.Tensor `gguf:"self_attn.v_proj.weight"`
-	O        weights.Tensor `gguf:"self_attn.o_proj.weight"`
-	QNorm    weights.Tensor `gguf:"self_attn.q_norm.weight"`
-	KNorm    weights.Tensor `gguf:"self_attn.k_norm.weight"`
-	PostNorm weights.Tensor `gguf:"post_attention_layernorm.weight"`
-	Gate     weights.Tensor `gguf:"mlp.gate_proj.weight"`
-	Up       weights.Tensor `gguf:"mlp.up_proj.weight"`
-	Down     weights.Tensor `gguf:"mlp.down_proj.weight"`
+// layer is one decoder layer (Hugging Face names under model.layers.N).
+type layer struct {
+	InNorm   nn.RMSNorm `gguf:"input_layernorm"`
+	Q        nn.Linear  `gguf:"self_attn.q_proj"`
+	K        nn.Linear  `gguf:"self_attn.k_proj"`
+	V        nn.Linear  `gguf:"self_attn.v_proj"`
+	O        nn.Linear  `gguf:"self_attn.o_proj"`
+	QNorm    nn.RMSNorm `gguf:"self_attn.q_norm"`
+	KNorm    nn.RMSNorm `gguf:"self_attn.k_norm"`
+	PostNorm nn.RMSNorm `gguf:"post_attention_layernorm"`
+	Gate     nn.Linear  `gguf:"mlp.gate_proj"`
+	Up       nn.Linear  `gguf:"mlp.up_proj"`
+	Down     nn.Linear  `gguf:"mlp.down_proj"`
 }
 
-// modelWeights are the tensors outside the layers; lm_head is only read when embeddings
-// are not tied. The layers (model.layers.%d) are bound one at a time (see FromSource).
-type modelWeights struct {
-	Embed weights.Tensor `gguf:"model.embed_tokens.weight"`
-	Norm  weights.Tensor `gguf:"model.norm.weight"`
-	Head  weights.Tensor `gguf:"lm_head.weight,optional"`
+// lm is the whole model. The output head is read by rows (SetOutputRows) as well as by
+// Linear, so it is a row table like the embedding; lm_head is only read when embeddings are
+// not tied.
+type lm struct {
+	Embed  nn.Embedding `gguf:"model.embed_tokens"`
+	Layers []layer      `gguf:"model.layers.%d"`
+	Norm   nn.RMSNorm   `gguf:"model.norm"`
+	Head   nn.Rows      `gguf:"lm_head.weight,optional"`
 }
 
-// expectShapes fills in the shapes Bind checks, all from the config.
-func (c Config) expectShapes(w *modelWeights) {
-	w.Embed.Shape = []int{c.Vocab, c.Hidden}
-	w.Norm.Shape = []int{c.Hidden}
-	w.Head.Shape = []int{c.Vocab, c.Hidden}
-}
-
-func (c Config) expectLayerShapes(l *layerWeights) {
+// declare is the model of c with every expected shape.
+func (c Config) declare() *lm {
 	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	l.InNorm.Shape = []int{c.Hidden}
-	l.Q.Shape = []int{q, c.Hidden}
-	l.K.Shape = []int{kv, c.Hidden}
-	l.V.Shape = []int{kv, c.Hidden}
-	l.O.Shape = []int{c.Hidden, q}
-	l.QNorm.Shape = []int{c.HeadDim}
-	l.KNorm.Shape = []int{c.HeadDim}
-	l.PostNorm.Shape = []int{c.Hidden}
-	l.Gate.Shape = []int{c.FFN, c.Hidden}
-	l.Up.Shape = []int{c.FFN, c.Hidden}
-	l.Down.Shape = []int{c.Hidden, c.FFN}
-}
-
-// rawSource hands out tensors as stored (*gguf.Model does).
-type rawSource interface {
-	Raw(name string) ([]byte, gguf.DType, []int, error)
-}
-
-// keepSource is a weight source that keeps Q8_0 and F16 matrices in their encoding: Bind
-// sees their shapes (with empty data), and kept holds the bytes (a view of the file) that
-// FromSource copies into buffers of that dtype. Everything else is dequantised to F32.
-type keepSource struct {
-	weights.Source
-	raw  rawSource
-	kept map[string]keptTensor
-}
-
-type keptTensor struct {
-	raw   []byte
-	dtype engine.DType
-}
-
-func (k *keepSource) Get(name string) ([]float32, []int, error) {
-	if k.raw != nil {
-		raw, dt, shape, err := k.raw.Raw(name)
-		if err == nil && len(shape) == 2 && (dt == gguf.Q8_0 || dt == gguf.F16) {
-			edt := engine.Q8_0
-			if dt == gguf.F16 {
-				edt = engine.F16
-			}
-			k.kept[name] = keptTensor{raw, edt}
-			return []float32{}, shape, nil
+	w := &lm{Embed: nn.NewEmbedding(c.Vocab, c.Hidden), Layers: make([]layer, c.Layers), Norm: nn.NewRMSNorm(c.Hidden)}
+	if !c.TieEmbed {
+		w.Head = nn.NewEmbedding(c.Vocab, c.Hidden).Weight
+	}
+	for i := range w.Layers {
+		w.Layers[i] = layer{
+			InNorm: nn.NewRMSNorm(c.Hidden),
+			Q:      nn.NewLinear(c.Hidden, q, false), K: nn.NewLinear(c.Hidden, kv, false),
+			V: nn.NewLinear(c.Hidden, kv, false), O: nn.NewLinear(q, c.Hidden, false),
+			QNorm: nn.NewRMSNorm(c.HeadDim), KNorm: nn.NewRMSNorm(c.HeadDim),
+			PostNorm: nn.NewRMSNorm(c.Hidden),
+			Gate:     nn.NewLinear(c.Hidden, c.FFN, false), Up: nn.NewLinear(c.Hidden, c.FFN, false),
+			Down: nn.NewLinear(c.FFN, c.Hidden, false),
 		}
 	}
-	return k.Source.Get(name)
-}
-
-func (k *keepSource) Prefix() string {
-	if q, ok := k.Source.(interface{ Prefix() string }); ok {
-		return q.Prefix()
-	}
-	return ""
+	return w
 }
 
 func (c Config) validate() error {
@@ -113,20 +73,14 @@ func (c Config) validate() error {
 	return nil
 }
 
-type layerBuffers struct {
-	inNorm, q, k, v, o, qNorm, kNorm, postNorm, gate, up, down *engine.Buffer
-}
-
-// Model is a loaded Qwen3 causal LM: its config and its weights in persistent engine
-// buffers, shared by every Session.
+// Model is a loaded Qwen3 causal LM: its config and its weights in the backend's buffers,
+// shared by every Session.
 type Model struct {
 	Config  Config
 	backend engine.Backend
+	w       *lm
 	embed   *engine.Buffer // [Vocab, Hidden], also the output head when tied
 	head    *engine.Buffer // [Vocab, Hidden]; == embed when tied
-	norm    *engine.Buffer
-	layers  []layerBuffers
-	bufs    []*engine.Buffer // every buffer, for Close
 
 	mu         sync.Mutex
 	restricted []restrictedHead // output heads made by SetOutputRows, shared by sessions
@@ -190,104 +144,23 @@ func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model,
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	keep := &keepSource{Source: src, kept: map[string]keptTensor{}}
-	keep.raw, _ = src.(rawSource)
-	src = keep
-	var w modelWeights
-	cfg.expectShapes(&w)
-	if err := weights.Bind(src, &w); err != nil {
+	w := cfg.declare()
+	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("qwen3: %w", err)
 	}
-	m := &Model{Config: cfg, backend: backend}
-	var err error
-	fail := func(err error) (*Model, error) {
-		m.Close()
-		return nil, err
-	}
-	buf := func(name string, t *weights.Tensor) (*engine.Buffer, error) {
-		shape := make([]int64, len(t.Shape))
-		for i, d := range t.Shape {
-			shape[i] = int64(d)
-		}
-		var b *engine.Buffer
-		var err error
-		if k, ok := keep.kept[name]; ok {
-			dt := k.dtype
-			if dt == engine.Q8_0 && strings.HasPrefix(name, "model.layers.") {
-				// Layer matrices only feed Linear: interleave their rows for the decode kernel.
-				// The embedding/head stays plain Q8_0 (gathered by rows).
-				dt = engine.Q8_0R8
-			}
-			b, err = engine.NewBufferRaw(name, dt, k.raw, shape...)
-			if d, ok := keep.raw.(interface{ Done([]byte) }); ok {
-				d.Done(k.raw) // copied: the file's pages can leave memory
-			}
-			delete(keep.kept, name)
-		} else {
-			b, err = engine.NewBufferFrom(name, t.Data, shape...)
-		}
-		if err != nil {
-			return nil, err
-		}
-		t.Data = nil // let the float32 copy go as soon as it is in the buffer
-		m.bufs = append(m.bufs, b)
-		return b, nil
-	}
-	if m.embed, err = buf("model.embed_tokens.weight", &w.Embed); err != nil {
-		return fail(err)
-	}
-	m.head = m.embed
+	m := &Model{Config: cfg, backend: backend, w: w, embed: w.Embed.Weight.Buf, head: w.Embed.Weight.Buf}
 	if !cfg.TieEmbed {
-		if !w.Head.Present() {
-			return fail(fmt.Errorf("qwen3: tie_word_embeddings is false but lm_head.weight is missing"))
-		}
-		if m.head, err = buf("lm_head.weight", &w.Head); err != nil {
-			return fail(err)
-		}
-	}
-	if m.norm, err = buf("model.norm.weight", &w.Norm); err != nil {
-		return fail(err)
-	}
-	m.layers = make([]layerBuffers, cfg.Layers)
-	for i := range m.layers {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		var layer layerWeights
-		lw, lb := &layer, &m.layers[i]
-		cfg.expectLayerShapes(lw)
-		if err := weights.Bind(weights.Under(src, p), lw); err != nil {
-			return fail(fmt.Errorf("qwen3: %w", err))
-		}
-		for _, e := range []struct {
-			dst  **engine.Buffer
-			name string
-			t    *weights.Tensor
-		}{
-			{&lb.inNorm, "input_layernorm.weight", &lw.InNorm},
-			{&lb.q, "self_attn.q_proj.weight", &lw.Q},
-			{&lb.k, "self_attn.k_proj.weight", &lw.K},
-			{&lb.v, "self_attn.v_proj.weight", &lw.V},
-			{&lb.o, "self_attn.o_proj.weight", &lw.O},
-			{&lb.qNorm, "self_attn.q_norm.weight", &lw.QNorm},
-			{&lb.kNorm, "self_attn.k_norm.weight", &lw.KNorm},
-			{&lb.postNorm, "post_attention_layernorm.weight", &lw.PostNorm},
-			{&lb.gate, "mlp.gate_proj.weight", &lw.Gate},
-			{&lb.up, "mlp.up_proj.weight", &lw.Up},
-			{&lb.down, "mlp.down_proj.weight", &lw.Down},
-		} {
-			if *e.dst, err = buf(p+e.name, e.t); err != nil {
-				return fail(err)
-			}
-		}
+		m.head = w.Head.Buf
+	} else if w.Head.Present() {
+		w.Head.Buf.Free() // tied: a stored lm_head is not read
+		w.Head.Buf = nil
 	}
 	return m, nil
 }
 
 // Close frees the weight buffers; no session of the model may run afterwards.
 func (m *Model) Close() {
-	for _, b := range m.bufs {
-		b.Free()
-	}
-	m.bufs = nil
+	nn.Free(m.w)
 	m.mu.Lock()
 	for _, h := range m.restricted {
 		h.buf.Free()
@@ -321,7 +194,7 @@ func (m *Model) restrictedHead(rows []int32) (*engine.Buffer, error) {
 	if dt == engine.Q8_0 {
 		dt = engine.Q8_0R8
 	}
-	buf, err := engine.NewBufferRaw("lm_head.restricted", dt, data, int64(len(rows)), int64(hid))
+	buf, err := engine.UploadRaw(m.backend, "lm_head.restricted", dt, data, int64(len(rows)), int64(hid))
 	if err != nil {
 		return nil, err
 	}
@@ -359,13 +232,13 @@ func (m *Model) NewSession(maxTokens int) (*Session, error) {
 	}
 	s := &Session{m: m, maxT: maxTokens, cache: engine.NewCache(m.backend, maxPrograms)}
 	for i := range c.Layers {
-		k, err := engine.NewBuffer(fmt.Sprintf("kv.%d.k", i), engine.F32, int64(c.KVHeads), int64(maxTokens), int64(c.HeadDim))
+		k, err := m.backend.Alloc(fmt.Sprintf("kv.%d.k", i), engine.F32, int64(c.KVHeads), int64(maxTokens), int64(c.HeadDim))
 		if err != nil {
 			s.Close()
 			return nil, err
 		}
 		s.kc = append(s.kc, k)
-		v, err := engine.NewBuffer(fmt.Sprintf("kv.%d.v", i), engine.F32, int64(c.KVHeads), int64(maxTokens), int64(c.HeadDim))
+		v, err := m.backend.Alloc(fmt.Sprintf("kv.%d.v", i), engine.F32, int64(c.KVHeads), int64(maxTokens), int64(c.HeadDim))
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -455,7 +328,7 @@ func (s *Session) Prefill(ids []int32) ([]float32, error) {
 	s.logits = append(s.logits[:0], prog.Output("logits")...)
 	if s.trace {
 		s.hidden = map[string][]float32{"embed": slices.Clone(prog.Output("embed"))}
-		for i := range s.m.layers {
+		for i := range s.m.w.Layers {
 			name := fmt.Sprintf("layer%d", i)
 			s.hidden[name] = slices.Clone(prog.Output(name))
 		}
@@ -549,18 +422,17 @@ func (s *Session) build(t, l int) *engine.Graph {
 	ids := g.Input("ids", engine.I32, T)
 	pos := g.Input("pos", engine.I32, T)
 	mask := g.Input("mask", engine.F32, T, L)
-	embed := g.Persistent(s.m.embed)
-	x := g.GatherRows(embed, ids) // [T, Hidden]
+	w := s.m.w
+	x := w.Embed.Forward(g, ids) // [T, Hidden]
 	if s.trace {
 		g.Output("embed", x)
 	}
 
 	// heads turns [T, n·D] into [1, n, T, D] (a view) after a per-head RMSNorm if norm != nil.
-	heads := func(y engine.Tensor, n int64, norm *engine.Buffer) engine.Tensor {
+	heads := func(y engine.Tensor, n int64, norm *nn.RMSNorm) engine.Tensor {
 		y = g.Reshape(y, T, n, D)
 		if norm != nil {
-			w := g.Persistent(norm)
-			y = g.RMSNorm(y, &w, eps)
+			y = norm.Forward(g, y, eps)
 		}
 		return g.Permute(g.Reshape(y, 1, T, n, D), 0, 2, 1, 3)
 	}
@@ -572,32 +444,29 @@ func (s *Session) build(t, l int) *engine.Graph {
 		return g.Slice(g.Reshape(cb, 1, KV, maxT, D), 2, 0, L)
 	}
 
-	for i, lb := range s.m.layers {
+	for i := range w.Layers {
+		lb := &w.Layers[i]
 		g.Label(fmt.Sprintf("model.layers.%d", i))
-		w := func(b *engine.Buffer) engine.Tensor { return g.Persistent(b) }
-		inNorm, postNorm := w(lb.inNorm), w(lb.postNorm)
-
-		h := g.RMSNorm(x, &inNorm, eps)
-		q := g.RoPE(heads(g.Linear(h, w(lb.q), nil), H, lb.qNorm), pos, D, engine.RoPEHalf, theta)
-		k := g.RoPE(heads(g.Linear(h, w(lb.k), nil), KV, lb.kNorm), pos, D, engine.RoPEHalf, theta)
-		v := heads(g.Linear(h, w(lb.v), nil), KV, nil)
+		h := lb.InNorm.Forward(g, x, eps)
+		q := g.RoPE(heads(lb.Q.Forward(g, h), H, &lb.QNorm), pos, D, engine.RoPEHalf, theta)
+		k := g.RoPE(heads(lb.K.Forward(g, h), KV, &lb.KNorm), pos, D, engine.RoPEHalf, theta)
+		v := heads(lb.V.Forward(g, h), KV, nil)
 		kAll := store(s.kc[i], k)
 		vAll := store(s.vc[i], v)
 
 		att := g.Attention(q, kAll, vAll, &mask, nil, 0) // [1, H, T, D]
 		att = g.Reshape(g.Permute(att, 0, 2, 1, 3), T, H*D)
-		x = g.Add(x, g.Linear(att, w(lb.o), nil))
+		x = g.Add(x, lb.O.Forward(g, att))
 
-		h2 := g.RMSNorm(x, &postNorm, eps)
-		mlp := g.Mul(g.SiLU(g.Linear(h2, w(lb.gate), nil)), g.Linear(h2, w(lb.up), nil))
-		x = g.Add(x, g.Linear(mlp, w(lb.down), nil))
+		h2 := lb.PostNorm.Forward(g, x, eps)
+		mlp := g.Mul(g.SiLU(lb.Gate.Forward(g, h2)), lb.Up.Forward(g, h2))
+		x = g.Add(x, lb.Down.Forward(g, mlp))
 		if s.trace {
 			g.Output(fmt.Sprintf("layer%d", i), x)
 		}
 	}
 	g.Label("head")
-	norm := g.Persistent(s.m.norm)
-	last := g.RMSNorm(g.Slice(x, 0, T-1, T), &norm, eps)
+	last := w.Norm.Forward(g, g.Slice(x, 0, T-1, T), eps)
 	head := s.m.head
 	if s.head != nil {
 		head = s.head

@@ -79,8 +79,8 @@ func TestQuantizedGolden(t *testing.T) {
 			if c.edt == engine.Q8_0 {
 				layerDT = engine.Q8_0R8
 			}
-			if m.embed.DType() != c.edt || m.layers[0].gate.DType() != layerDT || m.norm.DType() != engine.F32 {
-				t.Fatalf("weights not kept as %s: embed %v gate %v norm %v", c.dt, m.embed.DType(), m.layers[0].gate.DType(), m.norm.DType())
+			if m.embed.DType() != c.edt || m.w.Layers[0].Gate.Weight.Buf.DType() != layerDT || m.w.Norm.Weight.Buf.DType() != engine.F32 {
+				t.Fatalf("weights not kept as %s: embed %v gate %v norm %v", c.dt, m.embed.DType(), m.w.Layers[0].Gate.Weight.Buf.DType(), m.w.Norm.Weight.Buf.DType())
 			}
 			s, err := m.NewSession(len(ids) + len(wantIDs))
 			if err != nil {
@@ -169,7 +169,7 @@ func TestRealSizeSpeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	t.Logf("loaded in %v: embed %s, layer matrices %s, %d threads", time.Since(start), dtypeName(m.embed.DType()), dtypeName(m.layers[0].q.DType()), threads)
+	t.Logf("loaded in %v: embed %s, layer matrices %s, %d threads", time.Since(start), dtypeName(m.embed.DType()), dtypeName(m.w.Layers[0].Q.Weight.Buf.DType()), threads)
 	const prompt, warm = 58, 8
 	steps := 40
 	if v := os.Getenv("VOXPIPE_DECODE_STEPS"); v != "" {

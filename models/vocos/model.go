@@ -15,6 +15,7 @@ import (
 	"github.com/voxpipe/voxpipe/dsp"
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Config holds what the tensor shapes do not tell.
@@ -116,68 +117,51 @@ var RealDims = Dims{Mels: 80, Dim: 320, Inter: 1536, Layers: 8, Kernel: 7, DWKer
 type TensorSpec = weights.Spec
 
 // Tensors lists a vocoder's tensors with dims d in the published order.
-func Tensors(d Dims) []TensorSpec {
-	out := []TensorSpec{
-		{Name: "backbone.embed.weight", Shape: []int{d.Dim, d.Mels, d.Kernel}}, {Name: "backbone.embed.bias", Shape: []int{d.Dim}},
-		{Name: "backbone.norm.weight", Shape: []int{d.Dim}}, {Name: "backbone.norm.bias", Shape: []int{d.Dim}},
-	}
-	for i := range d.Layers {
-		p := fmt.Sprintf("backbone.convnext.%d.", i)
-		out = append(out,
-			TensorSpec{Name: p + "gamma", Shape: []int{d.Dim}},
-			TensorSpec{Name: p + "dwconv.weight", Shape: []int{d.Dim, 1, d.DWKernel}}, TensorSpec{Name: p + "dwconv.bias", Shape: []int{d.Dim}},
-			TensorSpec{Name: p + "norm.weight", Shape: []int{d.Dim}}, TensorSpec{Name: p + "norm.bias", Shape: []int{d.Dim}},
-			TensorSpec{Name: p + "pwconv1.weight", Shape: []int{d.Inter, d.Dim}}, TensorSpec{Name: p + "pwconv1.bias", Shape: []int{d.Inter}},
-			TensorSpec{Name: p + "pwconv2.weight", Shape: []int{d.Dim, d.Inter}}, TensorSpec{Name: p + "pwconv2.bias", Shape: []int{d.Dim}})
-	}
-	return append(out,
-		TensorSpec{Name: "backbone.final_layer_norm.weight", Shape: []int{d.Dim}}, TensorSpec{Name: "backbone.final_layer_norm.bias", Shape: []int{d.Dim}},
-		TensorSpec{Name: "head.out.weight", Shape: []int{d.NFFT + 2, d.Dim}}, TensorSpec{Name: "head.out.bias", Shape: []int{d.NFFT + 2}},
-		TensorSpec{Name: "head.istft.window", Shape: []int{d.NFFT}})
-}
+func Tensors(d Dims) []TensorSpec { return nn.Specs(d.declare()) }
 
 // RealTensors is the published vocos table (RealDims), for random-weight models.
 func RealTensors() []TensorSpec { return Tensors(RealDims) }
 
 // ---- weights ----
 
-type lin struct {
-	W weights.Tensor `gguf:"weight"`
-	B weights.Tensor `gguf:"bias"`
+type block struct {
+	Gamma nn.Tensor    `gguf:"gamma"`
+	DW    nn.Conv1d    `gguf:"dwconv"`
+	Norm  nn.LayerNorm `gguf:"norm"`
+	PW1   nn.Linear    `gguf:"pwconv1"`
+	PW2   nn.Linear    `gguf:"pwconv2"`
 }
 
-type blockW struct {
-	Gamma weights.Tensor `gguf:"gamma"`
-	DW    lin            `gguf:"dwconv"`
-	Norm  lin            `gguf:"norm"`
-	PW1   lin            `gguf:"pwconv1"`
-	PW2   lin            `gguf:"pwconv2"`
+type net struct {
+	Embed  nn.Conv1d    `gguf:"backbone.embed"`
+	Norm   nn.LayerNorm `gguf:"backbone.norm"`
+	Blocks []block      `gguf:"backbone.convnext.%d"`
+	Final  nn.LayerNorm `gguf:"backbone.final_layer_norm"`
+	Head   nn.Linear    `gguf:"head.out"`
+	// The ISTFT window runs on the host (dsp.ISTFT); some converters drop it.
+	Window weights.Tensor `gguf:"head.istft.window,optional"`
 }
 
-type netW struct {
-	Embed  lin            `gguf:"backbone.embed"`
-	Norm   lin            `gguf:"backbone.norm"`
-	Blocks []blockW       `gguf:"backbone.convnext.%d"`
-	Final  lin            `gguf:"backbone.final_layer_norm"`
-	Head   lin            `gguf:"head.out"`
-	Window weights.Tensor `gguf:"head.istft.window,optional"` // dropped by some converters
-}
-
-func (d Dims) expect(w *netW) {
-	w.Embed.W.Shape, w.Embed.B.Shape = []int{d.Dim, d.Mels, d.Kernel}, []int{d.Dim}
-	w.Norm.W.Shape, w.Norm.B.Shape = []int{d.Dim}, []int{d.Dim}
-	w.Blocks = make([]blockW, d.Layers)
-	for i := range w.Blocks {
-		b := &w.Blocks[i]
-		b.Gamma.Shape = []int{d.Dim}
-		b.DW.W.Shape, b.DW.B.Shape = []int{d.Dim, 1, d.DWKernel}, []int{d.Dim}
-		b.Norm.W.Shape, b.Norm.B.Shape = []int{d.Dim}, []int{d.Dim}
-		b.PW1.W.Shape, b.PW1.B.Shape = []int{d.Inter, d.Dim}, []int{d.Inter}
-		b.PW2.W.Shape, b.PW2.B.Shape = []int{d.Dim, d.Inter}, []int{d.Dim}
+// declare is the network of dims d with every expected shape.
+func (d Dims) declare() *net {
+	w := &net{
+		Embed:  nn.NewConv1d(d.Mels, d.Dim, d.Kernel, 1, true),
+		Norm:   nn.NewLayerNorm(d.Dim),
+		Blocks: make([]block, d.Layers),
+		Final:  nn.NewLayerNorm(d.Dim),
+		Head:   nn.NewLinear(d.Dim, d.NFFT+2, true),
+		Window: weights.Tensor{Shape: []int{d.NFFT}},
 	}
-	w.Final.W.Shape, w.Final.B.Shape = []int{d.Dim}, []int{d.Dim}
-	w.Head.W.Shape, w.Head.B.Shape = []int{d.NFFT + 2, d.Dim}, []int{d.NFFT + 2}
-	w.Window.Shape = []int{-1}
+	for i := range w.Blocks {
+		w.Blocks[i] = block{
+			Gamma: nn.Shaped(d.Dim),
+			DW:    nn.NewConv1d(d.Dim, d.Dim, d.DWKernel, d.Dim, true),
+			Norm:  nn.NewLayerNorm(d.Dim),
+			PW1:   nn.NewLinear(d.Dim, d.Inter, true),
+			PW2:   nn.NewLinear(d.Inter, d.Dim, true),
+		}
+	}
+	return w
 }
 
 func displayName(src weights.Source, name string) string {
@@ -238,14 +222,6 @@ func dimsOf(src weights.Source) (Dims, error) {
 
 // ---- model ----
 
-type ln struct{ w, b *engine.Buffer }
-
-type block struct {
-	gamma, dwW, dwB *engine.Buffer
-	norm            ln
-	pw1, pw2        ln
-}
-
 // Model is a loaded vocoder. Decode and any number of Streams may be used from several
 // goroutines; network runs are serialised.
 type Model struct {
@@ -253,14 +229,12 @@ type Model struct {
 	Config Config
 	window []float32
 
-	embed, norm, final, head ln
-	blocks                   []block
+	w *net
 
 	mu      sync.Mutex
 	backend engine.Backend
 	progs   map[int]engine.Program // by frame count; a map lookup keeps Push allocation-free
 	istft   *dsp.ISTFT             // Decode's
-	bufs    []*engine.Buffer
 }
 
 // Load binds a vocos weight view (e.g. model.Sub("vocos")) with DefaultConfig.
@@ -280,64 +254,25 @@ func LoadConfig(src weights.Source, cfg Config, backend engine.Backend) (*Model,
 	if cfg.Hop == 0 {
 		cfg.Hop = d.NFFT / 4
 	}
-	var w netW
-	d.expect(&w)
-	if err := weights.Bind(src, &w); err != nil {
+	w := d.declare()
+	w.Window.Shape = []int{-1} // checked against n_fft below
+	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("vocos: %w", err)
 	}
-	m := &Model{Dims: d, Config: cfg, backend: backend, progs: map[int]engine.Program{}}
+	m := &Model{Dims: d, Config: cfg, backend: backend, progs: map[int]engine.Program{}, w: w}
 	m.window = w.Window.Data
 	if !w.Window.Present() {
 		m.window = dsp.HannPeriodic(d.NFFT)
 	}
 	if len(m.window) > d.NFFT {
+		m.Close()
 		return nil, fmt.Errorf("vocos: %s has %d samples, more than n_fft %d", displayName(src, "head.istft.window"), len(m.window), d.NFFT)
 	}
 	if m.istft, err = dsp.NewISTFT(d.NFFT, cfg.Hop, m.window); err != nil {
+		m.Close()
 		return nil, fmt.Errorf("vocos: %w", err)
 	}
-	if err := m.upload(&w); err != nil {
-		m.Close()
-		return nil, err
-	}
 	return m, nil
-}
-
-func (m *Model) upload(w *netW) error {
-	var firstErr error
-	buf := func(name string, t *weights.Tensor) *engine.Buffer {
-		shape := make([]int64, len(t.Shape))
-		for i, v := range t.Shape {
-			shape[i] = int64(v)
-		}
-		b, err := engine.NewBufferFrom(name, t.Data, shape...)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("vocos: %w", err)
-			}
-			return nil
-		}
-		m.bufs = append(m.bufs, b)
-		return b
-	}
-	pair := func(name string, l *lin) ln { return ln{buf(name+".weight", &l.W), buf(name+".bias", &l.B)} }
-	m.embed = pair("backbone.embed", &w.Embed)
-	m.norm = pair("backbone.norm", &w.Norm)
-	for i := range w.Blocks {
-		bw := &w.Blocks[i]
-		p := fmt.Sprintf("backbone.convnext.%d.", i)
-		m.blocks = append(m.blocks, block{
-			gamma: buf(p+"gamma", &bw.Gamma),
-			dwW:   buf(p+"dwconv.weight", &bw.DW.W),
-			dwB:   buf(p+"dwconv.bias", &bw.DW.B),
-			norm:  pair(p+"norm", &bw.Norm),
-			pw1:   pair(p+"pwconv1", &bw.PW1),
-			pw2:   pair(p+"pwconv2", &bw.PW2),
-		})
-	}
-	m.final = pair("backbone.final_layer_norm", &w.Final)
-	m.head = pair("head.out", &w.Head)
-	return firstErr
 }
 
 // Close releases the programs and the weights.
@@ -348,10 +283,7 @@ func (m *Model) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closePrograms()
-	for _, b := range m.bufs {
-		b.Free()
-	}
-	m.bufs = nil
+	nn.Free(m.w)
 }
 
 // maxPrograms bounds the compiled frame counts kept (streaming uses two: first window and
@@ -389,31 +321,30 @@ func (m *Model) program(F int) (engine.Program, error) {
 func (m *Model) build(F int) (*engine.Graph, error) {
 	d, cfg := m.Dims, m.Config
 	g := engine.NewGraph(fmt.Sprintf("vocos(F=%d)", F))
-	p := func(b *engine.Buffer) engine.Tensor { return g.Persistent(b) }
-	pp := func(b *engine.Buffer) *engine.Tensor { t := g.Persistent(b); return &t }
+	w := m.w
 	eps := float32(cfg.LayerNormEps)
-	layerNorm := func(x engine.Tensor, l ln) engine.Tensor { return g.LayerNorm(x, pp(l.w), pp(l.b), eps) }
 
 	mel := g.Input("mel", engine.F32, 1, int64(d.Mels), int64(F))
 	g.Label("backbone.embed")
 	pad := int64(d.Kernel-1) / 2
-	x := g.Conv1D(mel, p(m.embed.w), pp(m.embed.b), 1, pad, pad, 1, 1)
+	x := w.Embed.Forward(g, mel, 1, pad, pad, 1)
 	x = g.Transpose(x, 1, 2) // [1, F, Dim]: LayerNorm and the pointwise layers work on channels last
 	g.Label("backbone.norm")
-	x = layerNorm(x, m.norm)
+	x = w.Norm.Forward(g, x, eps)
 	dwPad := int64(d.DWKernel-1) / 2
-	for i, b := range m.blocks {
+	for i := range w.Blocks {
+		b := &w.Blocks[i]
 		g.Label(fmt.Sprintf("backbone.convnext.%d", i))
-		y := g.Conv1D(g.Transpose(x, 1, 2), p(b.dwW), pp(b.dwB), 1, dwPad, dwPad, 1, int64(d.Dim))
-		y = layerNorm(g.Transpose(y, 1, 2), b.norm)
-		y = g.GELU(g.Linear(y, p(b.pw1.w), pp(b.pw1.b)), false)
-		y = g.Linear(y, p(b.pw2.w), pp(b.pw2.b))
-		x = g.Add(x, g.Mul(y, p(b.gamma)))
+		y := b.DW.Forward(g, g.Transpose(x, 1, 2), 1, dwPad, dwPad, 1)
+		y = b.Norm.Forward(g, g.Transpose(y, 1, 2), eps)
+		y = g.GELU(b.PW1.Forward(g, y), false)
+		y = b.PW2.Forward(g, y)
+		x = g.Add(x, g.Mul(y, b.Gamma.In(g)))
 	}
 	g.Label("backbone.final_layer_norm")
-	x = layerNorm(x, m.final)
+	x = w.Final.Forward(g, x, eps)
 	g.Label("head")
-	h := g.Linear(x, p(m.head.w), pp(m.head.b))
+	h := w.Head.Forward(g, x)
 	nb := int64(d.NFFT/2 + 1)
 	mag := g.Clamp(g.Exp(g.Slice(h, 2, 0, nb)), -math.MaxFloat32, float32(cfg.MagClip))
 	phase := g.Slice(h, 2, nb, 2*nb)

@@ -11,8 +11,10 @@ package wavlm
 
 import (
 	"fmt"
-	"github.com/voxpipe/voxpipe/engine/weights"
 	"math"
+
+	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Variant selects the switch set.
@@ -164,54 +166,7 @@ type TensorSpec = weights.Spec
 
 // Tensors lists the tensors of a checkpoint of this config in the unilm names of the
 // published audio.cpp packages (per-conv LayerNorm of Large spelled "conv_layers.{i}.2.*").
-func (c Config) Tensors() []TensorSpec {
-	var out []TensorSpec
-	add := func(name string, shape ...int) { out = append(out, TensorSpec{Name: name, Shape: shape}) }
-	cin := 1
-	for i, d := range c.ConvDims {
-		add(fmt.Sprintf("feature_extractor.conv_layers.%d.0.weight", i), d, cin, c.ConvKernels[i])
-		if c.ConvLayerNorm || i == 0 {
-			add(fmt.Sprintf("feature_extractor.conv_layers.%d.2.weight", i), d)
-			add(fmt.Sprintf("feature_extractor.conv_layers.%d.2.bias", i), d)
-		}
-		cin = d
-	}
-	h, cd := c.Hidden, c.ConvDim()
-	add("layer_norm.weight", cd)
-	add("layer_norm.bias", cd)
-	if cd != h {
-		add("post_extract_proj.weight", h, cd)
-		add("post_extract_proj.bias", h)
-	}
-	add("mask_emb", h)
-	add("encoder.pos_conv.0.weight_g", 1, 1, c.PosConvKernel)
-	add("encoder.pos_conv.0.weight_v", h, h/c.PosConvGroups, c.PosConvKernel)
-	add("encoder.pos_conv.0.bias", h)
-	add("encoder.layer_norm.weight", h)
-	add("encoder.layer_norm.bias", h)
-	for i := range c.Layers {
-		p := fmt.Sprintf("encoder.layers.%d.", i)
-		for _, n := range []string{"q_proj", "k_proj", "v_proj", "out_proj"} {
-			add(p+"self_attn."+n+".weight", h, h)
-			add(p+"self_attn."+n+".bias", h)
-		}
-		add(p+"self_attn.grep_linear.weight", 8, c.HeadDim())
-		add(p+"self_attn.grep_linear.bias", 8)
-		add(p+"self_attn.grep_a", 1, c.Heads, 1, 1)
-		if i == 0 {
-			add(p+"self_attn.relative_attention_bias.weight", c.NumBuckets, c.Heads)
-		}
-		add(p+"self_attn_layer_norm.weight", h)
-		add(p+"self_attn_layer_norm.bias", h)
-		add(p+"fc1.weight", c.FFN, h)
-		add(p+"fc1.bias", c.FFN)
-		add(p+"fc2.weight", h, c.FFN)
-		add(p+"fc2.bias", h)
-		add(p+"final_layer_norm.weight", h)
-		add(p+"final_layer_norm.bias", h)
-	}
-	return out
-}
+func (c Config) Tensors() []TensorSpec { return nn.Specs(c.declare()) }
 
 // bucket is the T5-style bidirectional bucket of a relative position r = key − query: half
 // the buckets per direction, exact below a quarter of them, logarithmic up to maxDistance.

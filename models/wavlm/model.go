@@ -10,6 +10,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Options adjust loading.
@@ -22,53 +23,80 @@ type Options struct {
 	MaxDistance int
 }
 
-type convWeights struct {
-	W     weights.Tensor `gguf:"0.weight"`
-	NormW weights.Tensor `gguf:"2.weight|2.1.weight,optional"`
-	NormB weights.Tensor `gguf:"2.bias|2.1.bias,optional"`
+type conv struct {
+	W nn.Tensor `gguf:"0.weight"`
+	// Large: a LayerNorm per conv; Base+: a GroupNorm on the first (same two tensors).
+	Norm nn.LayerNorm `gguf:"2|2.1,optional"`
 }
 
-type frontWeights struct {
-	Convs   []convWeights  `gguf:"feature_extractor.conv_layers.%d"`
-	LNW     weights.Tensor `gguf:"layer_norm.weight"`
-	LNB     weights.Tensor `gguf:"layer_norm.bias"`
-	ProjW   weights.Tensor `gguf:"post_extract_proj.weight,optional"`
-	ProjB   weights.Tensor `gguf:"post_extract_proj.bias,optional"`
-	PosG    weights.Tensor `gguf:"encoder.pos_conv.0.weight_g"`
-	PosV    weights.Tensor `gguf:"encoder.pos_conv.0.weight_v"`
-	PosB    weights.Tensor `gguf:"encoder.pos_conv.0.bias"`
-	EncLNW  weights.Tensor `gguf:"encoder.layer_norm.weight"`
-	EncLNB  weights.Tensor `gguf:"encoder.layer_norm.bias"`
-	RelBias weights.Tensor `gguf:"encoder.layers.0.self_attn.relative_attention_bias.weight"`
+type layer struct {
+	Q     nn.Linear `gguf:"self_attn.q_proj"`
+	K     nn.Linear `gguf:"self_attn.k_proj"`
+	V     nn.Linear `gguf:"self_attn.v_proj"`
+	O     nn.Linear `gguf:"self_attn.out_proj"`
+	Grep  nn.Linear `gguf:"self_attn.grep_linear"`
+	GrepA nn.Tensor `gguf:"self_attn.grep_a"`
+	// Layer 0's table [buckets, heads] serves every layer; it is expanded on the host.
+	RelBias weights.Tensor `gguf:"self_attn.relative_attention_bias.weight,optional"`
+	AttnLN  nn.LayerNorm   `gguf:"self_attn_layer_norm"`
+	FC1     nn.Linear      `gguf:"fc1"`
+	FC2     nn.Linear      `gguf:"fc2"`
+	FinalLN nn.LayerNorm   `gguf:"final_layer_norm"`
 }
 
-type layerWeights struct {
-	Q      weights.Tensor `gguf:"self_attn.q_proj.weight"`
-	QB     weights.Tensor `gguf:"self_attn.q_proj.bias"`
-	K      weights.Tensor `gguf:"self_attn.k_proj.weight"`
-	KB     weights.Tensor `gguf:"self_attn.k_proj.bias"`
-	V      weights.Tensor `gguf:"self_attn.v_proj.weight"`
-	VB     weights.Tensor `gguf:"self_attn.v_proj.bias"`
-	O      weights.Tensor `gguf:"self_attn.out_proj.weight"`
-	OB     weights.Tensor `gguf:"self_attn.out_proj.bias"`
-	GrepW  weights.Tensor `gguf:"self_attn.grep_linear.weight"`
-	GrepB  weights.Tensor `gguf:"self_attn.grep_linear.bias"`
-	GrepA  weights.Tensor `gguf:"self_attn.grep_a"`
-	AttnLW weights.Tensor `gguf:"self_attn_layer_norm.weight"`
-	AttnLB weights.Tensor `gguf:"self_attn_layer_norm.bias"`
-	FC1    weights.Tensor `gguf:"fc1.weight"`
-	FC1B   weights.Tensor `gguf:"fc1.bias"`
-	FC2    weights.Tensor `gguf:"fc2.weight"`
-	FC2B   weights.Tensor `gguf:"fc2.bias"`
-	FinLW  weights.Tensor `gguf:"final_layer_norm.weight"`
-	FinLB  weights.Tensor `gguf:"final_layer_norm.bias"`
+type encoder struct {
+	Convs []conv       `gguf:"feature_extractor.conv_layers.%d"`
+	LN    nn.LayerNorm `gguf:"layer_norm"`
+	Proj  nn.Linear    `gguf:"post_extract_proj,optional"`
+	// Unused at inference; declared so random models carry the checkpoint's full table.
+	MaskEmb weights.Tensor `gguf:"mask_emb,optional"`
+	// The positional conv's weight norm is folded on the host into one weight at load.
+	PosG   weights.Tensor `gguf:"encoder.pos_conv.0.weight_g"`
+	PosV   weights.Tensor `gguf:"encoder.pos_conv.0.weight_v"`
+	PosB   nn.Tensor      `gguf:"encoder.pos_conv.0.bias"`
+	EncLN  nn.LayerNorm   `gguf:"encoder.layer_norm"`
+	Layers []layer        `gguf:"encoder.layers.%d"`
 }
 
-type convBufs struct{ w, normW, normB *engine.Buffer }
-
-type layerBufs struct {
-	qkv, qkvB, o, oB, grepW, grepB, grepA              *engine.Buffer
-	attnLW, attnLB, fc1, fc1B, fc2, fc2B, finLW, finLB *engine.Buffer
+// declare is the encoder of c with every expected shape (the checkpoint's table).
+func (c Config) declare() *encoder {
+	h, cd := c.Hidden, c.ConvDim()
+	w := &encoder{
+		Convs:   make([]conv, len(c.ConvDims)),
+		LN:      nn.NewLayerNorm(cd),
+		MaskEmb: weights.Tensor{Shape: []int{h}},
+		PosG:    weights.Tensor{Shape: []int{1, 1, c.PosConvKernel}},
+		PosV:    weights.Tensor{Shape: []int{h, h / max(c.PosConvGroups, 1), c.PosConvKernel}},
+		PosB:    nn.Shaped(h),
+		EncLN:   nn.NewLayerNorm(h),
+		Layers:  make([]layer, c.Layers),
+	}
+	cin := 1
+	for i, d := range c.ConvDims {
+		w.Convs[i].W = nn.Shaped(d, cin, c.ConvKernels[i])
+		if c.ConvLayerNorm || i == 0 {
+			w.Convs[i].Norm = nn.NewLayerNorm(d)
+		}
+		cin = d
+	}
+	if cd != h {
+		w.Proj = nn.NewLinear(cd, h, true)
+	}
+	for i := range w.Layers {
+		w.Layers[i] = layer{
+			Q: nn.NewLinear(h, h, true), K: nn.NewLinear(h, h, true), V: nn.NewLinear(h, h, true), O: nn.NewLinear(h, h, true),
+			Grep:    nn.NewLinear(c.HeadDim(), 8, true),
+			GrepA:   nn.Shaped(1, c.Heads, 1, 1),
+			AttnLN:  nn.NewLayerNorm(h),
+			FC1:     nn.NewLinear(h, c.FFN, true),
+			FC2:     nn.NewLinear(c.FFN, h, true),
+			FinalLN: nn.NewLayerNorm(h),
+		}
+	}
+	if len(w.Layers) > 0 {
+		w.Layers[0].RelBias.Shape = []int{c.NumBuckets, c.Heads}
+	}
+	return w
 }
 
 // Model is a loaded WavLM encoder: weights in persistent engine buffers, the dense
@@ -82,16 +110,11 @@ type Model struct {
 	Config Config
 
 	backend engine.Backend
-	bufs    []*engine.Buffer
 
-	convs          []convBufs
-	lnW, lnB       *engine.Buffer
-	projW, projB   *engine.Buffer // nil when conv dim == hidden
-	posW, posB     *engine.Buffer // weight norm folded
-	encLNW, encLNB *engine.Buffer
-	layers         []layerBufs
-	relRows        [][]float32 // per head: bias by relative position r + maxRel
-	maxRel         int
+	w       *encoder
+	posW    *engine.Buffer // the positional conv's weight, weight norm folded
+	relRows [][]float32    // per head: bias by relative position r + maxRel
+	maxRel  int
 
 	mu     sync.Mutex
 	biases []*biasEntry // least recently used first
@@ -226,151 +249,40 @@ func Load(src weights.Source, backend engine.Backend, opts Options) (*Model, err
 	}
 	c := cfg
 	h, cd := c.Hidden, c.ConvDim()
-
-	var fw frontWeights
-	fw.Convs = make([]convWeights, len(c.ConvDims))
-	cin := 1
-	for i := range fw.Convs {
-		fw.Convs[i].W.Shape = []int{c.ConvDims[i], cin, c.ConvKernels[i]}
-		fw.Convs[i].NormW.Shape = []int{c.ConvDims[i]}
-		fw.Convs[i].NormB.Shape = []int{c.ConvDims[i]}
-		cin = c.ConvDims[i]
-	}
-	fw.LNW.Shape, fw.LNB.Shape = []int{cd}, []int{cd}
-	fw.ProjW.Shape, fw.ProjB.Shape = []int{h, cd}, []int{h}
-	fw.PosG.Shape = []int{1, 1, c.PosConvKernel}
-	fw.PosV.Shape = []int{h, h / c.PosConvGroups, c.PosConvKernel}
-	fw.PosB.Shape = []int{h}
-	fw.EncLNW.Shape, fw.EncLNB.Shape = []int{h}, []int{h}
-	fw.RelBias.Shape = []int{c.NumBuckets, c.Heads}
-	if err := weights.Bind(src, &fw); err != nil {
+	w := c.declare()
+	w.Proj.Weight.Shape, w.Proj.Bias.Shape = []int{h, cd}, []int{h} // checked when present
+	m.w = w
+	if err := nn.Bind(src, backend, w); err != nil {
 		return fail(fmt.Errorf("wavlm: %w", err))
 	}
 	var problems []string
 	pfx := prefixOf(src)
-	for i, cv := range fw.Convs {
-		if cv.NormW.Present() != cv.NormB.Present() {
+	for i, cv := range w.Convs {
+		if cv.Norm.Weight.Present() != cv.Norm.Bias.Present() {
 			problems = append(problems, fmt.Sprintf("%sfeature_extractor.conv_layers.%d.2: weight and bias must come together", pfx, i))
 		}
-		if (c.ConvLayerNorm || i == 0) && !cv.NormW.Present() {
+		if (c.ConvLayerNorm || i == 0) && !cv.Norm.Weight.Present() {
 			problems = append(problems, fmt.Sprintf("missing %sfeature_extractor.conv_layers.%d.2.weight|2.1.weight (%s)", pfx, i, c.Variant))
 		}
 	}
-	if cd != h && !fw.ProjW.Present() {
+	if cd != h && !w.Proj.Weight.Present() {
 		problems = append(problems, fmt.Sprintf("missing %spost_extract_proj.weight (conv dim %d ≠ hidden %d)", pfx, cd, h))
 	}
-	if fw.ProjW.Present() != fw.ProjB.Present() {
+	if w.Proj.Weight.Present() != w.Proj.Bias.Present() {
 		problems = append(problems, fmt.Sprintf("%spost_extract_proj: weight and bias must come together", pfx))
+	}
+	if !w.Layers[0].RelBias.Present() {
+		problems = append(problems, fmt.Sprintf("missing %sencoder.layers.0.self_attn.relative_attention_bias.weight", pfx))
 	}
 	if len(problems) > 0 {
 		return fail(fmt.Errorf("wavlm: %s", strings.Join(problems, "; ")))
 	}
-
-	up := func(name string, t weights.Tensor, shape ...int) (*engine.Buffer, error) {
-		if shape == nil {
-			shape = t.Shape
-		}
-		s := make([]int64, len(shape))
-		for i, d := range shape {
-			s[i] = int64(d)
-		}
-		b, err := engine.NewBufferFrom(name, t.Data, s...)
-		if err != nil {
-			return nil, fmt.Errorf("wavlm: upload %s: %w", name, err)
-		}
-		m.bufs = append(m.bufs, b)
-		return b, nil
+	if m.posW, err = engine.Upload(backend, "encoder.pos_conv.0.weight", foldWeightNormDim2(w.PosG.Data, w.PosV.Data, w.PosV.Shape), int64(h), int64(h/c.PosConvGroups), int64(c.PosConvKernel)); err != nil {
+		return fail(fmt.Errorf("wavlm: %w", err))
 	}
-	m.convs = make([]convBufs, len(fw.Convs))
-	for i, cv := range fw.Convs {
-		p := fmt.Sprintf("feature_extractor.conv_layers.%d.", i)
-		if m.convs[i].w, err = up(p+"0.weight", cv.W); err != nil {
-			return fail(err)
-		}
-		if c.ConvLayerNorm || i == 0 {
-			if m.convs[i].normW, err = up(p+"2.weight", cv.NormW); err != nil {
-				return fail(err)
-			}
-			if m.convs[i].normB, err = up(p+"2.bias", cv.NormB); err != nil {
-				return fail(err)
-			}
-		}
-	}
-	if m.lnW, err = up("layer_norm.weight", fw.LNW); err != nil {
-		return fail(err)
-	}
-	if m.lnB, err = up("layer_norm.bias", fw.LNB); err != nil {
-		return fail(err)
-	}
-	if fw.ProjW.Present() {
-		if m.projW, err = up("post_extract_proj.weight", fw.ProjW); err != nil {
-			return fail(err)
-		}
-		if m.projB, err = up("post_extract_proj.bias", fw.ProjB); err != nil {
-			return fail(err)
-		}
-	}
-	if m.posW, err = up("encoder.pos_conv.0.weight", weights.Tensor{Data: foldWeightNormDim2(fw.PosG.Data, fw.PosV.Data, fw.PosV.Shape), Shape: fw.PosV.Shape}); err != nil {
-		return fail(err)
-	}
-	if m.posB, err = up("encoder.pos_conv.0.bias", fw.PosB); err != nil {
-		return fail(err)
-	}
-	if m.encLNW, err = up("encoder.layer_norm.weight", fw.EncLNW); err != nil {
-		return fail(err)
-	}
-	if m.encLNB, err = up("encoder.layer_norm.bias", fw.EncLNB); err != nil {
-		return fail(err)
-	}
-	m.setRelRows(fw.RelBias.Data)
-
-	hd := c.HeadDim()
-	m.layers = make([]layerBufs, c.Layers)
-	for i := range m.layers {
-		p := fmt.Sprintf("encoder.layers.%d.", i)
-		var lw layerWeights
-		for _, t := range []*weights.Tensor{&lw.Q, &lw.K, &lw.V, &lw.O} {
-			t.Shape = []int{h, h}
-		}
-		for _, t := range []*weights.Tensor{&lw.QB, &lw.KB, &lw.VB, &lw.OB, &lw.AttnLW, &lw.AttnLB, &lw.FC2B, &lw.FinLW, &lw.FinLB} {
-			t.Shape = []int{h}
-		}
-		lw.GrepW.Shape, lw.GrepB.Shape, lw.GrepA.Shape = []int{8, hd}, []int{8}, []int{1, c.Heads, 1, 1}
-		lw.FC1.Shape, lw.FC1B.Shape, lw.FC2.Shape = []int{c.FFN, h}, []int{c.FFN}, []int{h, c.FFN}
-		if err := weights.Bind(weights.Under(src, p), &lw); err != nil {
-			return fail(fmt.Errorf("wavlm: %w", err))
-		}
-		lb := &m.layers[i]
-		// q, k and v are one matmul: their rows stacked.
-		qkv := weights.Tensor{Data: slices.Concat(lw.Q.Data, lw.K.Data, lw.V.Data), Shape: []int{3 * h, h}}
-		qkvB := weights.Tensor{Data: slices.Concat(lw.QB.Data, lw.KB.Data, lw.VB.Data), Shape: []int{3 * h}}
-		for _, e := range []struct {
-			dst   **engine.Buffer
-			name  string
-			t     weights.Tensor
-			shape []int
-		}{
-			{&lb.qkv, "self_attn.qkv.weight", qkv, nil},
-			{&lb.qkvB, "self_attn.qkv.bias", qkvB, nil},
-			{&lb.o, "self_attn.out_proj.weight", lw.O, nil},
-			{&lb.oB, "self_attn.out_proj.bias", lw.OB, nil},
-			{&lb.grepW, "self_attn.grep_linear.weight", lw.GrepW, nil},
-			{&lb.grepB, "self_attn.grep_linear.bias", lw.GrepB, nil},
-			{&lb.grepA, "self_attn.grep_a", lw.GrepA, []int{c.Heads, 1, 1}},
-			{&lb.attnLW, "self_attn_layer_norm.weight", lw.AttnLW, nil},
-			{&lb.attnLB, "self_attn_layer_norm.bias", lw.AttnLB, nil},
-			{&lb.fc1, "fc1.weight", lw.FC1, nil},
-			{&lb.fc1B, "fc1.bias", lw.FC1B, nil},
-			{&lb.fc2, "fc2.weight", lw.FC2, nil},
-			{&lb.fc2B, "fc2.bias", lw.FC2B, nil},
-			{&lb.finLW, "final_layer_norm.weight", lw.FinLW, nil},
-			{&lb.finLB, "final_layer_norm.bias", lw.FinLB, nil},
-		} {
-			if *e.dst, err = up(p+e.name, e.t, e.shape...); err != nil {
-				return fail(err)
-			}
-		}
-	}
+	m.setRelRows(w.Layers[0].RelBias.Data)
+	// The host copies are folded into buffers: drop them.
+	w.PosG, w.PosV, w.MaskEmb, w.Layers[0].RelBias = weights.Tensor{}, weights.Tensor{}, weights.Tensor{}, weights.Tensor{}
 	return m, nil
 }
 
@@ -447,7 +359,7 @@ func (m *Model) biasFor(t int) (*engine.Buffer, error) {
 		old.buf.Free()
 	}
 	c := m.Config
-	b, err := engine.NewBuffer(fmt.Sprintf("wavlm.rel_bias[T=%d]", t), engine.F32, int64(c.Heads), int64(t), int64(t))
+	b, err := m.backend.Alloc(fmt.Sprintf("wavlm.rel_bias[T=%d]", t), engine.F32, int64(c.Heads), int64(t), int64(t))
 	if err != nil {
 		return nil, fmt.Errorf("wavlm: relative bias for %d frames: %w", t, err)
 	}
@@ -480,10 +392,9 @@ func (m *Model) Close() {
 	for _, b := range m.biases {
 		b.buf.Free()
 	}
-	for _, b := range m.bufs {
-		b.Free()
-	}
-	m.progs, m.biases, m.bufs = nil, nil, nil
+	nn.Free(m.w)
+	m.posW.Free()
+	m.progs, m.biases, m.posW = nil, nil, nil
 	m.closed = true
 }
 
@@ -617,13 +528,7 @@ func (m *Model) build(n, t int, layers []int, top int, intermediates bool, bias 
 	nh, hd := int64(c.Heads), int64(c.HeadDim())
 	eps := c.Eps
 	g := engine.NewGraph(fmt.Sprintf("wavlm[%s,N=%d,top=%d]", c.Variant, n, top))
-	p := func(b *engine.Buffer) *engine.Tensor {
-		if b == nil {
-			return nil
-		}
-		t := g.Persistent(b)
-		return &t
-	}
+	w := m.w
 
 	g.Label("input")
 	wave := g.Input("wave", engine.F32, 1, N)
@@ -635,16 +540,17 @@ func (m *Model) build(n, t int, layers []int, top int, intermediates bool, bias 
 	// [1, time, C] when a LayerNorm left them that way.
 	h := g.Reshape(x, 1, 1, N)
 	var tc engine.Tensor
-	for i, cv := range m.convs {
+	for i := range w.Convs {
+		cv := &w.Convs[i]
 		g.Label(fmt.Sprintf("feature_extractor.conv_layers.%d", i))
-		h = g.Conv1D(h, *p(cv.w), nil, int64(c.ConvStrides[i]), 0, 0, 1, 1)
+		h = g.Conv1D(h, cv.W.In(g), nil, int64(c.ConvStrides[i]), 0, 0, 1, 1)
 		if c.ConvLayerNorm {
-			tc = g.GELU(g.LayerNorm(g.Permute(h, 0, 2, 1), p(cv.normW), p(cv.normB), eps), false)
+			tc = g.GELU(cv.Norm.Forward(g, g.Permute(h, 0, 2, 1), eps), false)
 			h = g.Permute(tc, 0, 2, 1)
 			continue
 		}
 		if i == 0 {
-			h = g.GroupNorm(h, c.ConvDims[0], p(cv.normW), p(cv.normB), eps)
+			h = g.GroupNorm(h, c.ConvDims[0], cv.Norm.Weight.Opt(g), cv.Norm.Bias.Opt(g), eps)
 		}
 		h = g.GELU(h, false)
 		tc = g.Permute(h, 0, 2, 1)
@@ -653,9 +559,9 @@ func (m *Model) build(n, t int, layers []int, top int, intermediates bool, bias 
 		g.Output("conv_features", h)
 	}
 	g.Label("post_extract_proj")
-	f := g.LayerNorm(tc, p(m.lnW), p(m.lnB), eps)
-	if m.projW != nil {
-		f = g.Linear(f, *p(m.projW), p(m.projB))
+	f := w.LN.Forward(g, tc, eps)
+	if w.Proj.Weight.Present() {
+		f = w.Proj.Forward(g, f)
 	}
 	x = g.Reshape(f, T, H)
 	if intermediates {
@@ -668,11 +574,11 @@ func (m *Model) build(n, t int, layers []int, top int, intermediates bool, bias 
 	if k%2 == 0 {
 		padR-- // SamePad drops the last frame of an even kernel
 	}
-	pc := g.Conv1D(g.Permute(g.Reshape(x, 1, T, H), 0, 2, 1), *p(m.posW), p(m.posB), 1, k/2, padR, 1, int64(c.PosConvGroups))
+	pc := g.Conv1D(g.Permute(g.Reshape(x, 1, T, H), 0, 2, 1), g.Persistent(m.posW), w.PosB.Opt(g), 1, k/2, padR, 1, int64(c.PosConvGroups))
 	x = g.Add(x, g.GELU(g.Reshape(g.Permute(pc, 0, 2, 1), T, H), false))
 	if !c.LayerNormFirst {
 		g.Label("encoder.layer_norm")
-		x = g.LayerNorm(x, p(m.encLNW), p(m.encLNB), eps)
+		x = w.EncLN.Forward(g, x, eps)
 	}
 	emit := func(idx int, v engine.Tensor) {
 		for i, l := range layers {
@@ -688,42 +594,42 @@ func (m *Model) build(n, t int, layers []int, top int, intermediates bool, bias 
 		pb = g.Persistent(bias) // [heads, T, T]
 	}
 	for i := range top {
-		lb := m.layers[i]
+		lb := &w.Layers[i]
 		g.Label(fmt.Sprintf("encoder.layers.%d", i))
 		a := x
 		if c.LayerNormFirst {
-			a = g.LayerNorm(x, p(lb.attnLW), p(lb.attnLB), eps)
+			a = lb.AttnLN.Forward(g, x, eps)
 		}
-		// q, k, v as head-sliced views of one projection [1, 3·heads, T, hd].
-		qkv := g.Permute(g.Reshape(g.Linear(a, *p(lb.qkv), p(lb.qkvB)), 1, T, 3*nh, hd), 0, 2, 1, 3)
-		q := g.Slice(qkv, 1, 0, nh)
-		kk := g.Slice(qkv, 1, nh, 2*nh)
-		v := g.Slice(qkv, 1, 2*nh, 3*nh)
+		heads := func(t engine.Tensor) engine.Tensor { // [T, H] → [1, heads, T, hd]
+			return g.Permute(g.Reshape(t, 1, T, nh, hd), 0, 2, 1, 3)
+		}
+		q, kk, v := heads(lb.Q.Forward(g, a)), heads(lb.K.Forward(g, a)), heads(lb.V.Forward(g, a))
 		// Gate per (head, query) from the attention input split into heads.
-		gr := g.Linear(g.Reshape(a, T, nh, hd), *p(lb.grepW), p(lb.grepB)) // [T, nh, 8]
-		gs := g.Sigmoid(g.Sum(g.Reshape(gr, T, nh, 2, 4), -1))             // [T, nh, 2, 1]
+		gr := lb.Grep.Forward(g, g.Reshape(a, T, nh, hd))      // [T, nh, 8]
+		gs := g.Sigmoid(g.Sum(g.Reshape(gr, T, nh, 2, 4), -1)) // [T, nh, 2, 1]
 		ga, gb := g.Slice(gs, 2, 0, 1), g.Slice(gs, 2, 1, 2)
-		gate := g.Scale(g.Mul(ga, g.Scale(g.Mul(gb, *p(lb.grepA)), 1, -1)), 1, 2) // [T, nh, 1, 1]
+		grepA := g.Reshape(lb.GrepA.In(g), nh, 1, 1)
+		gate := g.Scale(g.Mul(ga, g.Scale(g.Mul(gb, grepA), 1, -1)), 1, 2) // [T, nh, 1, 1]
 		gate = g.Reshape(g.Permute(g.Reshape(gate, T, nh), 1, 0), nh, T, 1)
 		gb2 := g.Mul(gate, pb) // [nh, T, T]
 		att := g.Attention(q, kk, v, nil, &gb2, 0)
 		att = g.Reshape(g.Permute(att, 0, 2, 1, 3), T, H)
-		x = g.Add(x, g.Linear(att, *p(lb.o), p(lb.oB)))
+		x = g.Add(x, lb.O.Forward(g, att))
 		if !c.LayerNormFirst {
-			x = g.LayerNorm(x, p(lb.attnLW), p(lb.attnLB), eps)
+			x = lb.AttnLN.Forward(g, x, eps)
 		}
 		ff := x
 		if c.LayerNormFirst {
-			ff = g.LayerNorm(x, p(lb.finLW), p(lb.finLB), eps)
+			ff = lb.FinalLN.Forward(g, x, eps)
 		}
-		ff = g.Linear(g.GELU(g.Linear(ff, *p(lb.fc1), p(lb.fc1B)), false), *p(lb.fc2), p(lb.fc2B))
+		ff = lb.FC2.Forward(g, g.GELU(lb.FC1.Forward(g, ff), false))
 		x = g.Add(x, ff)
 		if !c.LayerNormFirst {
-			x = g.LayerNorm(x, p(lb.finLW), p(lb.finLB), eps)
+			x = lb.FinalLN.Forward(g, x, eps)
 		}
 		if c.LayerNormFirst && i+1 == c.Layers {
 			g.Label("encoder.layer_norm")
-			x = g.LayerNorm(x, p(m.encLNW), p(m.encLNB), eps)
+			x = w.EncLN.Forward(g, x, eps)
 		}
 		emit(i+1, x)
 	}

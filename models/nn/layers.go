@@ -1,0 +1,182 @@
+package nn
+
+import "github.com/voxpipe/voxpipe/engine"
+
+// Linear is torch.nn.Linear: weight [out, in] (kept quantised when the file is), bias [out].
+type Linear struct {
+	Weight Matrix `gguf:"weight"`
+	Bias   Tensor `gguf:"bias,optional"`
+}
+
+// NewLinear declares a Linear in → out, with a bias when bias is set.
+func NewLinear(in, out int, bias bool) Linear {
+	l := Linear{Weight: Matrix{Shaped(shapeOr(out, in)...)}}
+	if bias {
+		l.Bias = declaredBias(out)
+	}
+	return l
+}
+
+// Forward is x·Wᵀ + b over the last axis. A weight stored as a 1×1 convolution
+// [out, in, 1] is read as [out, in].
+func (l *Linear) Forward(g *engine.Graph, x engine.Tensor) engine.Tensor {
+	w := l.Weight.In(g)
+	if s := l.Weight.Shape; len(s) == 3 && s[2] == 1 {
+		w = g.Reshape(w, int64(s[0]), int64(s[1]))
+	}
+	return g.Linear(x, w, l.Bias.Opt(g))
+}
+
+// Embedding is torch.nn.Embedding: weight [n, dim] rows (kept quantised when the file is).
+type Embedding struct {
+	Weight Rows `gguf:"weight"`
+}
+
+// NewEmbedding declares n rows of dim values.
+func NewEmbedding(n, dim int) Embedding {
+	return Embedding{Weight: Rows{Shaped(shapeOr(n, dim)...)}}
+}
+
+// Forward gathers the rows of int32 ids.
+func (e *Embedding) Forward(g *engine.Graph, ids engine.Tensor) engine.Tensor {
+	return g.GatherRows(e.Weight.In(g), ids)
+}
+
+// LayerNorm is torch.nn.LayerNorm over the last axis: weight and bias [n].
+type LayerNorm struct {
+	Weight Tensor `gguf:"weight"`
+	Bias   Tensor `gguf:"bias,optional"`
+}
+
+// NewLayerNorm declares a LayerNorm over n features (with a bias).
+func NewLayerNorm(n int) LayerNorm {
+	return LayerNorm{Weight: Shaped(n), Bias: declaredBias(n)}
+}
+
+// Forward normalises the last axis of x.
+func (l *LayerNorm) Forward(g *engine.Graph, x engine.Tensor, eps float32) engine.Tensor {
+	return g.LayerNorm(x, l.Weight.Opt(g), l.Bias.Opt(g), eps)
+}
+
+// RMSNorm is an RMS norm over the last axis: weight [n].
+type RMSNorm struct {
+	Weight Tensor `gguf:"weight"`
+}
+
+// NewRMSNorm declares an RMSNorm over n features.
+func NewRMSNorm(n int) RMSNorm { return RMSNorm{Weight: Shaped(n)} }
+
+// Forward normalises the last axis of x.
+func (l *RMSNorm) Forward(g *engine.Graph, x engine.Tensor, eps float32) engine.Tensor {
+	return g.RMSNorm(x, l.Weight.Opt(g), eps)
+}
+
+// GroupNorm is torch.nn.GroupNorm: weight and bias [channels].
+type GroupNorm struct {
+	Weight Tensor `gguf:"weight"`
+	Bias   Tensor `gguf:"bias"`
+}
+
+// NewGroupNorm declares a GroupNorm over channels.
+func NewGroupNorm(channels int) GroupNorm {
+	return GroupNorm{Weight: Shaped(channels), Bias: Shaped(channels)}
+}
+
+// Forward normalises x [B, C, ...] in groups.
+func (l *GroupNorm) Forward(g *engine.Graph, x engine.Tensor, groups int, eps float32) engine.Tensor {
+	return g.GroupNorm(x, groups, l.Weight.Opt(g), l.Bias.Opt(g), eps)
+}
+
+// Conv1d is torch.nn.Conv1d: weight [out, in/groups, k], bias [out].
+type Conv1d struct {
+	Weight Tensor `gguf:"weight"`
+	Bias   Tensor `gguf:"bias,optional"`
+}
+
+// NewConv1d declares a Conv1d in → out with kernel k in groups, with a bias when bias is set.
+func NewConv1d(in, out, k, groups int, bias bool) Conv1d {
+	c := Conv1d{Weight: Shaped(shapeOr(out, in/max(groups, 1), k)...)}
+	if bias {
+		c.Bias = declaredBias(out)
+	}
+	return c
+}
+
+// Forward convolves x [B, in, T]; the groups follow from x's and the weight's channels.
+func (c *Conv1d) Forward(g *engine.Graph, x engine.Tensor, stride, padLeft, padRight, dilation int64) engine.Tensor {
+	groups := x.Dim(1) / int64(max(c.Weight.Dim(1), 1))
+	return g.Conv1D(x, c.Weight.In(g), c.Bias.Opt(g), stride, padLeft, padRight, dilation, groups)
+}
+
+// ConvTranspose1d is torch.nn.ConvTranspose1d: weight [in, out/groups, k], bias [out].
+type ConvTranspose1d struct {
+	Weight Tensor `gguf:"weight"`
+	Bias   Tensor `gguf:"bias,optional"`
+}
+
+// NewConvTranspose1d declares a ConvTranspose1d in → out with kernel k in groups.
+func NewConvTranspose1d(in, out, k, groups int, bias bool) ConvTranspose1d {
+	c := ConvTranspose1d{Weight: Shaped(shapeOr(in, out/max(groups, 1), k)...)}
+	if bias {
+		c.Bias = declaredBias(out)
+	}
+	return c
+}
+
+// Forward is the transposed convolution of x [B, in, T].
+func (c *ConvTranspose1d) Forward(g *engine.Graph, x engine.Tensor, stride, padding, outputPadding, dilation, groups int64) engine.Tensor {
+	return g.ConvTranspose1D(x, c.Weight.In(g), c.Bias.Opt(g), stride, padding, outputPadding, dilation, groups)
+}
+
+// BatchNorm1d is torch.nn.BatchNorm1d in eval mode: weight, bias, running mean and variance
+// [channels]. The fold into a per-channel scale and shift is part of the graph, so the
+// statistics stay in the backend's buffers as the file has them.
+type BatchNorm1d struct {
+	Weight      Tensor `gguf:"weight"`
+	Bias        Tensor `gguf:"bias"`
+	RunningMean Tensor `gguf:"running_mean"`
+	RunningVar  Tensor `gguf:"running_var"`
+}
+
+// NewBatchNorm1d declares a BatchNorm1d over channels.
+func NewBatchNorm1d(channels int) BatchNorm1d {
+	return BatchNorm1d{Weight: Shaped(channels), Bias: Shaped(channels), RunningMean: Shaped(channels), RunningVar: Shaped(channels)}
+}
+
+// Forward normalises x [B, C, ...] with the running statistics.
+func (b *BatchNorm1d) Forward(g *engine.Graph, x engine.Tensor, eps float32) engine.Tensor {
+	scale := g.Mul(b.Weight.In(g), g.Recip(g.Sqrt(g.Scale(b.RunningVar.In(g), 1, eps))))
+	shift := g.Sub(b.Bias.In(g), g.Mul(b.RunningMean.In(g), scale))
+	return g.ChannelAffine(x, scale, shift)
+}
+
+// Conv2d is torch.nn.Conv2d: weight [out, in/groups, kh, kw], bias [out].
+type Conv2d struct {
+	Weight Tensor `gguf:"weight"`
+	Bias   Tensor `gguf:"bias,optional"`
+}
+
+// NewConv2d declares a Conv2d in → out with a kh×kw kernel, with a bias when bias is set.
+func NewConv2d(in, out, kh, kw int, bias bool) Conv2d {
+	c := Conv2d{Weight: Shaped(shapeOr(out, in, kh, kw)...)}
+	if bias {
+		c.Bias = declaredBias(out)
+	}
+	return c
+}
+
+// Forward convolves x [B, in, H, W]; the groups follow from x's and the weight's channels.
+func (c *Conv2d) Forward(g *engine.Graph, x engine.Tensor, strideH, strideW, padH, padW int64) engine.Tensor {
+	groups := x.Dim(1) / int64(max(c.Weight.Dim(1), 1))
+	return g.Conv2D(x, c.Weight.In(g), c.Bias.Opt(g), strideH, strideW, padH, padW, groups)
+}
+
+// shapeOr is shape, or nil (any) when a dimension is unknown (≤ 0: taken from the file).
+func shapeOr(shape ...int) []int {
+	for _, d := range shape {
+		if d <= 0 {
+			return nil
+		}
+	}
+	return shape
+}
