@@ -328,11 +328,6 @@ func (p *Plan) SetTensor(i int, t Tensor) error {
 	return nil
 }
 
-// SetData points tensor i at new memory.
-func (p *Plan) SetData(i int, data unsafe.Pointer) {
-	unsafe.Slice(p.tensors, p.nTensors)[i].data = data
-}
-
 // Free releases the plan's C memory.
 func (p *Plan) Free() {
 	for _, q := range []unsafe.Pointer{unsafe.Pointer(p.nodes), unsafe.Pointer(p.tensors), unsafe.Pointer(p.plan)} {

@@ -177,12 +177,6 @@ func (d DType) String() string {
 	return fmt.Sprintf("DType(%d)", uint32(d))
 }
 
-// Known reports whether d is a ggml type this package knows the layout of.
-func (d DType) Known() bool {
-	_, ok := dtypes[d]
-	return ok
-}
-
 // BlockSize is the number of elements in one quantisation block (1 for plain types), or 0
 // for an unknown type.
 func (d DType) BlockSize() int { return int(dtypes[d].blockSize) }

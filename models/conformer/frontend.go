@@ -86,9 +86,6 @@ func (f *FrontEnd) Offset() int { return f.offset }
 // Windows is the number of windows produced since Reset.
 func (f *FrontEnd) Windows() int { return f.windows }
 
-// Pending is the number of buffered samples not yet run (less than a chunk).
-func (f *FrontEnd) Pending() int { return len(f.pending) }
-
 // EmitFunc receives one window (Window·Bins values, frame-major; valid only during the
 // call) and its ASR offset.
 type EmitFunc func(window []float32, offset int) error

@@ -195,10 +195,8 @@ func Load(src weights.Source, cfg Config, backend engine.Backend) (*Model, error
 // Close frees the weights; no State of the model may run afterwards.
 func (m *Model) Close() { nn.Free(m.w) }
 
-// CacheFrames is the attention cache length (required_cache_size) and ConvCacheFrames the
-// conv cache length (kernel − 1).
-func (m *Model) CacheFrames() int     { return m.Config.Stream.RequiredCache }
-func (m *Model) ConvCacheFrames() int { return m.Config.CNNKernel - 1 }
+// CacheFrames is the attention cache length (required_cache_size).
+func (m *Model) CacheFrames() int { return m.Config.Stream.RequiredCache }
 
 // posEnc writes the relative positional encodings of positions start, start+1, … into dst
 // (rows of OutputSize values).

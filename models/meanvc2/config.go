@@ -247,7 +247,7 @@ func (c Config) validate() error {
 	case c.TimeFreqDim < 4 || c.TimeFreqDim%2 != 0:
 		return fmt.Errorf("meanvc2: time embedding width %d must be even and ≥ 4", c.TimeFreqDim)
 	case len(c.Timesteps) == 0:
-		return fmt.Errorf("meanvc2: empty sampler schedule")
+		return fmt.Errorf("meanvc2: empty mean-flow schedule")
 	}
 	for l := range c.Depth {
 		if c.PastChunks[l] < 0 || c.FutureChunks[l] < 0 || c.FutureChunks[l]*c.BlockSize > c.ChunkSize {

@@ -401,9 +401,6 @@ func (s *Stream) Seed(seed uint64) {
 // SetNoise makes the stream take its raw noise draws from f (nil: the seeded generator).
 func (s *Stream) SetNoise(f NoiseFunc) { s.noise = f }
 
-// Steps is the number of DiT steps run since the start or the last Reset.
-func (s *Stream) Steps() int { return s.steps }
-
 // Reset returns the stream to its state after NewStream (same target, seed and noise
 // source; compiled programs are kept).
 func (s *Stream) Reset() {

@@ -671,14 +671,3 @@ func (d *Decoder) DecodeStats(tokens []int32, global []float32) ([]float32, *Gro
 	return wave, io.stats, err
 }
 
-// DecodeFrozen decodes tokens with every GroupNorm normalising by the given statistics
-// instead of the frames of this call (a test mode: with full-utterance statistics, a
-// window with enough context reproduces the offline decode).
-func (d *Decoder) DecodeFrozen(tokens []int32, global []float32, stats *GroupStats) ([]float32, error) {
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("miocodec: decode of no tokens")
-	}
-	pl := d.tokenPlan(len(tokens))
-	pl.gn = gnFrozen
-	return d.run(pl, tokens, global, &runIO{frozen: stats}, nil)
-}

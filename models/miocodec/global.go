@@ -255,9 +255,6 @@ func NewSpeakerEncoderShared(m *gguf.Model, w *wavlm.Model, layers []int, backen
 	}, nil
 }
 
-// GlobalConfig is the global encoder's dimensions.
-func (s *SpeakerEncoder) GlobalConfig() GlobalEncoderConfig { return s.ge.cfg }
-
 // Close frees the global encoder, its programs and (when it loaded it) WavLM.
 func (s *SpeakerEncoder) Close() {
 	s.mu.Lock()

@@ -371,9 +371,6 @@ func (s *Session) SetOutputRows(rows []int32) error {
 	return nil
 }
 
-// Programs is the number of compiled programs the session holds.
-func (s *Session) Programs() int { return s.cache.Len() }
-
 // ProgramStats compiles (or finds) the program for t tokens at position p and returns its
 // memory statistics.
 func (s *Session) ProgramStats(t, p int) (engine.PlanStats, error) {

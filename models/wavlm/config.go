@@ -97,9 +97,6 @@ func (c Config) Frames(n int) int {
 	return n
 }
 
-// MinSamples is the shortest input that gives t frames.
-func (c Config) MinSamples(t int) int { return c.Hop()*(t-1) + c.ReceptiveField() }
-
 func (c *Config) setSwitches(v Variant) {
 	c.Variant = v
 	large := v == VariantLarge

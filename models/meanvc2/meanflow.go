@@ -28,7 +28,7 @@ type State struct {
 	trace  bool
 	last   StepTrace
 	x, raw []float32
-	xw     []float32 // the sampler's x
+	xw     []float32 // the mean-flow x
 }
 
 // CallTrace is one DiT call of a step. TEmb..NormOut are filled only with SetTrace(true).
@@ -212,7 +212,7 @@ func (s *State) Step(cond16 []float32, timbre Timbre, noise []float32) ([]float3
 	return s.Denoise(x, cond16, timbre)
 }
 
-// Denoise runs the sampler from an exact starting x [Window, MelDim] (no noise carry is
+// Denoise runs the mean-flow sampler from an exact starting x [Window, MelDim] (no noise carry is
 // applied or updated): one DiT call per (t, r) of the schedule, x ← x − (t−r)·u, all calls
 // on the caches as they were before the step, the last call committing its chunk rows.
 // The mel frames are owned by the State until its next step.
