@@ -13,13 +13,6 @@ import (
 	"github.com/voxpipe/voxpipe/stream"
 )
 
-// stalling is a voice whose every 160 ms chunk takes 200 ms: a model slower than the clock.
-type stalling struct{ *stream.Delay }
-
-func (s stalling) Process(out, in []float32) ([]float32, error) {
-	time.Sleep(200 * time.Millisecond)
-	return s.Delay.Process(out, in)
-}
 
 // TestClockPacesWhileAModelStalls: the media clock never waits for model work. With a voice
 // whose chunks block for 200 ms, the server still sends a packet every 20 ms, and a voice
@@ -27,7 +20,8 @@ func (s stalling) Process(out, in []float32) ([]float32, error) {
 // the chunk itself: 200 ms gaps, then bursts, and the change waited for the step.)
 func TestClockPacesWhileAModelStalls(t *testing.T) {
 	voices := stream.NewRegistry()
-	voices.Register("stalling", func() (stream.Processor, error) { return stalling{stream.NewDelay(16000, 2560, 0)}, nil })
+	// A voice whose every 160 ms chunk takes 200 ms: a model slower than the clock.
+	voices.Register("stalling", func() (stream.Processor, error) { return stallFor{stream.NewDelay(16000, 2560, 0), 200 * time.Millisecond}, nil })
 	srv, err := rtc.NewServer(rtc.Config{Loopback: true, Voices: voices, DefaultVoice: "stalling"})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +86,91 @@ func TestClockPacesWhileAModelStalls(t *testing.T) {
 	}
 	slices.Sort(gaps)
 	t.Logf("%d gaps: median %v, p95 %v, max %v; %d within 20±5 ms; ack %v", len(gaps), gaps[len(gaps)/2], gaps[len(gaps)*95/100], gaps[len(gaps)-1], within, ack)
-	if float64(within) < 0.9*float64(len(gaps)) || gaps[len(gaps)-1] > 80*time.Millisecond {
+	// A clock that ran the model would leave a gap of about 200 ms at every chunk and send
+	// a third of its packets in bursts. The bounds leave room for a loaded machine (go test
+	// runs packages side by side) without admitting either.
+	if float64(within) < 0.7*float64(len(gaps)) || gaps[len(gaps)-1] >= 150*time.Millisecond {
 		t.Errorf("packets not every 20±5 ms while the voice stalled: %d of %d within, longest gap %v", within, len(gaps), gaps[len(gaps)-1])
 	}
+}
+
+// TestModelVoiceRefusedWhileWorkersSaturated: admission asks the scheduler: with its workers
+// saturated, a session asking for a model voice gets busy and keeps its voice.
+func TestModelVoiceRefusedWhileWorkersSaturated(t *testing.T) {
+	sched := stream.NewScheduler(1)
+	defer sched.Close()
+	model := func(_, name, _ string) (stream.Processor, error) {
+		if name != "model" {
+			return nil, nil
+		}
+		return stream.NewDelay(16000, 160, 0), nil
+	}
+	srv, err := rtc.NewServer(rtc.Config{Loopback: true, Scheduler: sched, NewProcessor: model})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/rtc", srv)
+	hs := httptest.NewServer(mux)
+	defer func() { srv.Close(); hs.Close() }()
+	// Another session's voice keeps the one worker busy: 10 ms chunks that take 30 ms.
+	busy, err := sched.NewLive(stream.Config{IORate: 16000}, "busy", stalled(30*time.Millisecond), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+				busy.Push(make([]float32, 160), time.Now())
+			}
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for sched.HasCapacity() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if sched.HasCapacity() {
+		t.Fatalf("the scheduler never saturated: %+v", sched.Stats())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(hs.URL)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := len(c.Messages())
+	c.Send(map[string]any{"type": "session", "voice": "model"})
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		for _, m := range c.Messages()[n:] {
+			if m.Type == "error" {
+				if m.Code != rtc.CodeBusy {
+					t.Errorf("model voice while saturated: %s %s", m.Code, m.Message)
+				}
+				return
+			}
+		}
+	}
+	t.Fatal("no answer to the model voice while the workers were saturated")
+}
+
+// stalled is a 10 ms-chunk passthrough whose every chunk takes d.
+func stalled(d time.Duration) stream.Processor {
+	return stallFor{stream.NewDelay(16000, 160, 0), d}
+}
+
+type stallFor struct {
+	*stream.Delay
+	d time.Duration
+}
+
+func (s stallFor) Process(out, in []float32) ([]float32, error) {
+	time.Sleep(s.d)
+	return s.Delay.Process(out, in)
 }

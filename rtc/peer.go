@@ -300,6 +300,11 @@ func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, 
 		if err != nil {
 			return fail(err)
 		}
+		if proc != nil && !p.srv.sched.HasCapacity() {
+			// A model voice runs on the scheduler's workers: admit it only while they keep up.
+			stream.CloseProcessor(proc)
+			return nil, CodeBusy, fmt.Errorf("the server's model workers are saturated (%s): try again later or use another voice", stream.ErrBusy)
+		}
 		if proc != nil {
 			p.owned = append(p.owned, proc)
 			return proc, "", nil

@@ -32,3 +32,10 @@ func (d *Delay) Flush(out []float32) ([]float32, error) {
 
 // Reset implements Processor.
 func (d *Delay) Reset() { clear(d.line) }
+
+// CloseProcessor frees a processor that holds resources (one with a Close method).
+func CloseProcessor(p Processor) {
+	if c, ok := p.(interface{ Close() }); ok {
+		c.Close()
+	}
+}

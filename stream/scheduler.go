@@ -3,6 +3,7 @@ package stream
 import (
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,12 +23,15 @@ type Scheduler struct {
 
 	workers int
 	live    atomic.Int64 // open Live sessions
-	busy    atomic.Int64 // nanoseconds spent running steps, ever
-	start   time.Time
+	// Load accounting: busy holds the step time (ns) not yet credited to a window; running
+	// holds each worker's step start (Unix ns, 0 when idle); mark is the last window's end.
+	// A step is credited piecewise, so one longer than a window still counts in each.
+	busy    atomic.Int64
+	running []atomic.Int64
+	mark    atomic.Int64
 	window  struct {
 		sync.Mutex
 		at   time.Time
-		busy int64
 		load float64
 	}
 }
@@ -37,12 +41,13 @@ func NewScheduler(workers int) *Scheduler {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	s := &Scheduler{workers: workers, start: time.Now()}
+	s := &Scheduler{workers: workers, running: make([]atomic.Int64, workers)}
 	s.cond = sync.NewCond(&s.mu)
-	s.window.at = s.start
-	for range workers {
+	s.window.at = time.Now()
+	s.mark.Store(s.window.at.UnixNano())
+	for i := range workers {
 		s.wg.Add(1)
-		go s.work()
+		go s.work(&s.running[i])
 	}
 	return s
 }
@@ -86,9 +91,16 @@ func (s *Scheduler) load() float64 {
 	defer w.Unlock()
 	now := time.Now()
 	if d := now.Sub(w.at); d >= time.Second {
-		busy := s.busy.Load()
-		w.load = float64(busy-w.busy) / float64(d) / float64(s.workers)
-		w.at, w.busy = now, busy
+		end := now.UnixNano()
+		busy := s.busy.Swap(0)
+		mark := s.mark.Swap(end)
+		for i := range s.running {
+			if start := s.running[i].Load(); start != 0 {
+				busy += end - max(start, mark) // the running step's part in this window
+			}
+		}
+		w.load = float64(busy) / float64(d) / float64(s.workers)
+		w.at = now
 	}
 	return w.load
 }
@@ -108,7 +120,7 @@ func (s *Scheduler) submit(l *Live) bool {
 	return true
 }
 
-func (s *Scheduler) work() {
+func (s *Scheduler) work(running *atomic.Int64) {
 	defer s.wg.Done()
 	for {
 		s.mu.Lock()
@@ -123,11 +135,11 @@ func (s *Scheduler) work() {
 		s.queue[0] = nil
 		s.queue = s.queue[1:]
 		s.mu.Unlock()
-		t0 := time.Now()
+		start := time.Now().UnixNano()
+		running.Store(start)
 		l.step()
-		d := time.Since(t0)
-		s.busy.Add(int64(d))
-		l.noteStep(d)
+		running.Store(0)
+		s.busy.Add(time.Now().UnixNano() - max(start, s.mark.Load())) // what no window credited yet
 		// Cleared after the step, so a push during it re-queues the session here rather
 		// than have a second worker wait on it.
 		l.queued.Store(false)
@@ -153,7 +165,8 @@ type Live struct {
 	work    sync.Mutex       // held while a step runs: one step of a session at a time
 	settled chan struct{}    // signalled after each step
 	timer   *time.Timer      // Settle's, reused: the clock does not allocate per frame
-	recent  [16]atomic.Int64 // the last steps' durations (ns), for Settle's budget
+	recent  [16]atomic.Int64 // durations (ns) of the last steps that ran chunks, for Settle
+	builtin atomic.Bool      // every processor in use is built in: Push runs the step itself
 	stepN   atomic.Uint64
 
 	inMu   sync.Mutex // guards the fields below
@@ -187,13 +200,14 @@ func (s *Scheduler) NewLive(cfg Config, name string, proc Processor, log *slog.L
 		settled: make(chan struct{}, 1), timer: time.NewTimer(time.Hour)}
 	l.timer.Stop()
 	l.inUse = []Processor{proc}
+	l.builtin.Store(isBuiltin(proc))
 	s.live.Add(1)
 	return l, nil
 }
 
 // Push queues input that arrived at time at for a worker (which resamples it and runs the
 // chunks it completes) and reports whether it started a step — see Settle. It never waits
-// for processing.
+// for a model: only the built-in voices (DSP, passthrough) are run in the call itself.
 func (l *Live) Push(in []float32, at time.Time) bool {
 	l.sess.note(len(in), at)
 	l.inMu.Lock()
@@ -214,6 +228,13 @@ func (l *Live) Push(in []float32, at time.Time) bool {
 		l.sess.stats.Dropped += l.sess.samplesToDuration(drop)
 		l.sess.mu.Unlock()
 	}
+	// The built-in voices cost a fraction of a millisecond a frame: they run right here,
+	// as long as no worker holds the session (a model step still finishing after a swap).
+	if l.builtin.Load() && l.work.TryLock() {
+		l.stepLocked()
+		l.work.Unlock()
+		return false
+	}
 	return l.sched.submit(l)
 }
 
@@ -221,12 +242,12 @@ func (l *Live) noteStep(d time.Duration) {
 	l.recent[l.stepN.Add(1)%uint64(len(l.recent))].Store(int64(d))
 }
 
-// Settle waits for the step that Push started, when the session's recent steps were all
-// short enough to finish within limit: a cheap voice's output (and a small model's) is
-// then ready in the same tick, so the clock adds no frame of latency. A session whose
-// steps run longer (a model step) is not waited for at all — its output is played when
-// it is ready — so the wait is bounded by limit whatever the model does, and only the
-// clock calls it.
+// Settle waits for the step that Push started when the session's chunks typically (the
+// median of the last 16 steps that ran one) take less than limit: a cheap voice's output
+// (and a small model's) is then ready in the same tick, so the clock adds no frame of
+// latency. A session whose chunks take longer (a model step) is not waited for at all —
+// its output is played when it is ready — so the wait is bounded by limit whatever the
+// model does. Only the clock calls it.
 func (l *Live) Settle(limit time.Duration) {
 	select { // a signal from an earlier step
 	case <-l.settled:
@@ -235,14 +256,16 @@ func (l *Live) Settle(limit time.Duration) {
 	if !l.queued.Load() {
 		return
 	}
-	var longest time.Duration
-	for i := range l.recent {
-		longest = max(longest, time.Duration(l.recent[i].Load()))
+	var recent [len(Live{}.recent)]time.Duration
+	n := int(min(l.stepN.Load(), uint64(len(recent)))) // steps seen so far, up to 16
+	for i := range n {
+		recent[i] = time.Duration(l.recent[i].Load())
 	}
-	if longest > limit {
+	slices.Sort(recent[:n])
+	if n > 0 && recent[n/2] > limit {
 		return
 	}
-	l.timer.Reset(min(limit, longest*3/2+time.Millisecond))
+	l.timer.Reset(limit)
 	select {
 	case <-l.settled:
 		l.timer.Stop() // Go ≥ 1.23 timers: no stale tick is delivered after Stop
@@ -264,6 +287,7 @@ func (l *Live) Swap(name string, proc Processor) {
 	l.inMu.Lock()
 	l.swaps = append(l.swaps, swapReq{name, proc})
 	l.inUse = append(l.inUse, proc)
+	l.builtin.Store(false) // the worker applies swaps, and decides again
 	l.inMu.Unlock()
 	l.sched.submit(l)
 }
@@ -288,6 +312,11 @@ func (l *Live) InUse() []Processor {
 func (l *Live) step() {
 	l.work.Lock()
 	defer l.work.Unlock()
+	l.stepLocked()
+}
+
+// stepLocked is step with l.work held.
+func (l *Live) stepLocked() {
 	l.inMu.Lock()
 	if l.closed {
 		l.inMu.Unlock()
@@ -304,8 +333,14 @@ func (l *Live) step() {
 		}
 	}
 	if len(in) > 0 {
-		if err := Guard(l.log, "voice processing", func() error { return l.sess.process(in) }); err != nil {
+		t0 := time.Now()
+		chunks := 0
+		err := Guard(l.log, "voice processing", func() (err error) { chunks, err = l.sess.process(in); return err })
+		if err != nil {
 			l.log.Warn("processing failed", "err", err)
+		}
+		if chunks > 0 {
+			l.noteStep(time.Since(t0))
 		}
 	}
 	l.inMu.Lock()
@@ -318,7 +353,18 @@ func (l *Live) step() {
 	for _, sw := range l.swaps {
 		l.inUse = append(l.inUse, sw.proc)
 	}
+	l.builtin.Store(len(l.swaps) == 0 && !slices.ContainsFunc(l.inUse, func(p Processor) bool { return !isBuiltin(p) }))
 	l.inMu.Unlock()
+}
+
+// isBuiltin reports whether p is one of the embedded voices (the DSP voice, passthrough):
+// no model, well under a millisecond a frame. Only these run on the clock that pushes.
+func isBuiltin(p Processor) bool {
+	switch p.(type) {
+	case *DSPVoice, *Delay:
+		return true
+	}
+	return false
 }
 
 // Pull fills dst with the next output (silence where too little is ready) and returns how

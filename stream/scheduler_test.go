@@ -187,3 +187,35 @@ func TestTTSJobAccounts(t *testing.T) {
 		t.Errorf("a server fault classified %s, client %v", code, client)
 	}
 }
+
+// TestSchedulerLoad: workers kept busy report a load near 1 and no capacity; idle ones the
+// opposite.
+func TestSchedulerLoad(t *testing.T) {
+	sched := NewScheduler(1)
+	defer sched.Close()
+	if !sched.HasCapacity() {
+		t.Fatal("an idle scheduler has no capacity")
+	}
+	p := &blocking{Delay: *NewDelay(16000, 160, 0), sleep: 30 * time.Millisecond}
+	l, err := sched.NewLive(Config{IORate: 16000}, "busy", p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// 10 ms chunks, one every 25 ms, that take 30 ms each: the worker never rests, and the
+	// backlog stays small. The load is measured over
+	// windows of a second: the check reads one that was saturated throughout.
+	start := time.Now()
+	fresh := false
+	for time.Since(start) < 2500*time.Millisecond {
+		l.Push(make([]float32, 160), time.Now())
+		if !fresh && time.Since(start) > 1200*time.Millisecond {
+			sched.Stats() // start a fresh window
+			fresh = true
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if st := sched.Stats(); st.Load < 0.8 || sched.HasCapacity() {
+		t.Errorf("saturated worker: %+v, capacity %v", st, sched.HasCapacity())
+	}
+}

@@ -195,7 +195,8 @@ func (s *Session) AlgorithmicLatency() time.Duration {
 // every chunk that is complete.
 func (s *Session) Push(in []float32, at time.Time) error {
 	s.note(len(in), at)
-	return s.process(in)
+	_, err := s.process(in)
+	return err
 }
 
 // note records that n input samples arrived at time at (for latency accounting).
@@ -216,8 +217,9 @@ func (s *Session) skipInput(n int) {
 	s.mu.Unlock()
 }
 
-// process resamples noted input and runs every chunk that is complete.
-func (s *Session) process(in []float32) error {
+// process resamples noted input and runs every chunk that is complete; it returns how many
+// ran.
+func (s *Session) process(in []float32) (int, error) {
 	src := in
 	if s.up != nil {
 		t0 := time.Now()
@@ -233,12 +235,12 @@ func (s *Session) process(in []float32) error {
 	done := 0
 	for len(s.pending)-done >= n {
 		if err := s.runChunk(s.pending[done : done+n]); err != nil {
-			return err
+			return done / n, err
 		}
 		done += n
 	}
 	s.pending = s.pending[:copy(s.pending, s.pending[done:])]
-	return nil
+	return done / n, nil
 }
 
 // runChunk processes one chunk and queues its output.

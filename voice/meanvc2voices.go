@@ -59,13 +59,6 @@ func MeanVC2FromClip(m *meanvc2.Model, clip []float32, rate int) (stream.Process
 	return MeanVC2Processor(m, target)
 }
 
-// Close frees a processor that holds model memory (one with a Close method).
-func Close(p stream.Processor) {
-	if c, ok := p.(interface{ Close() }); ok {
-		c.Close()
-	}
-}
-
 // MeanVC2Voices makes MeanVC2 processors whose target voice is a reference clip: a voice
 // library entry, or the operator's default (a WAV path or a library entry). Embeddings are
 // cached by clip content (Model.Embeddings), so a voice is embedded once.

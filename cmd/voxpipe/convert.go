@@ -107,7 +107,7 @@ func (o *vcOptions) processor(name string) (string, stream.Processor, func(), er
 		closeModel()
 		return "", nil, nil, fmt.Errorf("reference clip %s: %w", o.ref, err)
 	}
-	return "meanvc2", proc, func() { voice.Close(proc); closeModel() }, nil
+	return "meanvc2", proc, func() { stream.CloseProcessor(proc); closeModel() }, nil
 }
 
 // applyVoiceParams sets the dsp voice's pitch and formant; other voices take none.

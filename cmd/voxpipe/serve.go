@@ -192,7 +192,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 			if err != nil {
 				return nil, fmt.Errorf("--vc-ref: %w", err)
 			}
-			voice.Close(p)
+			stream.CloseProcessor(p)
 		}
 	} else if o.vcRef != "" {
 		return nil, errors.New("--vc-ref needs --vc-model")
@@ -201,7 +201,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	if err != nil {
 		return nil, fmt.Errorf("--voice: %w", err)
 	}
-	voice.Close(def) // made only to check the voice
+	stream.CloseProcessor(def) // made only to check the voice
 	met := metrics.New()
 	var sessions *auth.SessionLimit
 	if o.sessionsPerKey > 0 {
@@ -249,7 +249,10 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		obs := newOBSSync(octx, o.obsURL, o.obsInput, log)
 		onStats = func(r rtc.SessionReport) { met.VCStats(r); obs.Stats(r) }
 	}
-	srv, err := rtc.NewServer(rtc.Config{
+	sched := stream.NewScheduler(0)
+	a.closers = append(a.closers, sched.Close) // after the rtc server (closers run in reverse)
+	met.Scheduler(sched)
+	srv, err := rtc.NewServer(rtc.Config{Scheduler: sched,
 		Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice, Jitter: buffers.JitterConfig{Target: o.jitter},
 		Loopback: o.loopback, PublicIPs: ips, UDPPort: o.udpPort, Logger: log,
 		OnSession: met.VCSession, OnStats: onStats,

@@ -117,6 +117,16 @@ func (m *Metrics) TTSDone(model string, ttfa time.Duration, audio time.Duration,
 // Rejected counts a refused request.
 func (m *Metrics) Rejected(model, reason string) { m.rejected.WithLabelValues(model, reason).Inc() }
 
+// Scheduler exports the live sessions' scheduler load as gauges read at scrape time.
+func (m *Metrics) Scheduler(s *stream.Scheduler) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_scheduler_load",
+			Help: "Fraction of the scheduler workers' time spent running live sessions' steps."}, func() float64 { return s.Stats().Load }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_scheduler_queued",
+			Help: "Live sessions whose step waits for a worker."}, func() float64 { return float64(s.Stats().Queued) }),
+	)
+}
+
 // Admission exports a model's admission load as gauges read at scrape time.
 func (m *Metrics) Admission(model string, a *stream.Admission) {
 	for _, g := range []struct {

@@ -40,6 +40,9 @@ func TestMetrics(t *testing.T) {
 	m.Rejected("miotts", "busy")
 	a := stream.NewAdmission(3, time.Second)
 	m.Admission("miotts", a)
+	sched := stream.NewScheduler(1)
+	defer sched.Close()
+	m.Scheduler(sched)
 	out := scrape(t, m)
 	for _, want := range []string{
 		`voxpipe_sessions{mode="vc"} 1`,
@@ -54,6 +57,8 @@ func TestMetrics(t *testing.T) {
 		`voxpipe_rejected_requests_total{model="miotts",reason="busy"} 1`,
 		`voxpipe_admission_slots{model="miotts"} 3`,
 		`voxpipe_admission_active{model="miotts"} 0`,
+		`voxpipe_scheduler_load 0`,
+		`voxpipe_scheduler_queued 0`,
 		`go_goroutines`,
 	} {
 		if !strings.Contains(out, want) {
