@@ -2,8 +2,6 @@ package rtc_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -13,7 +11,6 @@ import (
 	"github.com/voxpipe/voxpipe/stream"
 )
 
-
 // TestClockPacesWhileAModelStalls: the media clock never waits for model work. With a voice
 // whose chunks block for 200 ms, the server still sends a packet every 20 ms, and a voice
 // change is acknowledged within 40 ms while a step runs. (Before the scheduler the clock ran
@@ -21,19 +18,13 @@ import (
 func TestClockPacesWhileAModelStalls(t *testing.T) {
 	voices := stream.NewRegistry()
 	// A voice whose every 160 ms chunk takes 200 ms: a model slower than the clock.
-	voices.Register("stalling", func() (stream.Processor, error) { return stallFor{stream.NewDelay(16000, 2560, 0), 200 * time.Millisecond}, nil })
-	srv, err := rtc.NewServer(rtc.Config{Loopback: true, Voices: voices, DefaultVoice: "stalling"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/rtc", srv)
-	hs := httptest.NewServer(mux)
-	defer func() { srv.Close(); hs.Close() }()
-
+	voices.Register("stalling", func() (stream.Processor, error) {
+		return stallFor{stream.NewDelay(16000, 2560, 0), 200 * time.Millisecond}, nil
+	})
+	_, url := startServerWith(t, rtc.Config{Voices: voices, DefaultVoice: "stalling"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(hs.URL)})
+	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,14 +96,7 @@ func TestModelVoiceRefusedWhileWorkersSaturated(t *testing.T) {
 		}
 		return stream.NewDelay(16000, 160, 0), nil
 	}
-	srv, err := rtc.NewServer(rtc.Config{Loopback: true, Scheduler: sched, NewProcessor: model})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/rtc", srv)
-	hs := httptest.NewServer(mux)
-	defer func() { srv.Close(); hs.Close() }()
+	_, url := startServerWith(t, rtc.Config{Scheduler: sched, NewProcessor: model})
 	// Another session's voice keeps the one worker busy: 10 ms chunks that take 30 ms.
 	busy, err := sched.NewLive(stream.Config{IORate: 16000}, "busy", stalled(30*time.Millisecond), nil)
 	if err != nil {
@@ -140,7 +124,7 @@ func TestModelVoiceRefusedWhileWorkersSaturated(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(hs.URL)})
+	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}

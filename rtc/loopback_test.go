@@ -25,8 +25,15 @@ func TestMain(m *testing.M) {
 
 // startServer runs a real rtc.Server behind an HTTP test server.
 func startServer(t *testing.T) (*rtc.Server, string) {
+	return startServerWith(t, rtc.Config{})
+}
+
+// startServerWith runs a server of cfg (with loopback candidates) until the test ends, and
+// returns it with its signaling URL.
+func startServerWith(t *testing.T, cfg rtc.Config) (*rtc.Server, string) {
 	t.Helper()
-	srv, err := rtc.NewServer(rtc.Config{Loopback: true})
+	cfg.Loopback = true
+	srv, err := rtc.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

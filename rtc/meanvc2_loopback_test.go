@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -54,19 +52,10 @@ func TestLoopbackMeanVC2(t *testing.T) {
 		}
 		return voice.MeanVC2Processor(m, target)
 	}
-	srv, err := rtc.NewServer(rtc.Config{Loopback: true, DefaultVoice: "meanvc2", NewProcessor: newProc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/v1/rtc", srv)
-	hs := httptest.NewServer(mux)
-	defer hs.Close()
-	defer srv.Close()
-
+	_, url := startServerWith(t, rtc.Config{DefaultVoice: "meanvc2", NewProcessor: newProc})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(hs.URL)})
+	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +130,7 @@ func TestLoopbackMeanVC2(t *testing.T) {
 	}
 	// A new session that picks its reference before it sends audio converts with it. (A
 	// second call of SendPackets on the same client would repeat its RTP sequence numbers.)
-	c2, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(hs.URL)})
+	c2, err := rtcclient.Dial(ctx, rtcclient.Options{URL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
