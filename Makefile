@@ -59,6 +59,7 @@ bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the mod
 	./$(BIN) bench dispatch --json
 	./$(BIN) bench loopback --voice dsp --sessions 1 --seconds 10 --json
 	./$(BIN) bench loopback --voice dsp --sessions 50 --seconds 10 --json
+	./$(BIN) bench soak --minutes $${SOAK_MINUTES:-1} --json
 
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $${FUZZTIME:-30s} ./engine/gguf

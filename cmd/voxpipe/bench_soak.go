@@ -45,10 +45,12 @@ type soakOptions struct {
 	log                 io.Writer
 }
 
-// resources are the server's own figures, read from its /metrics (Go and process collectors).
+// resources are the server's own figures: RSS, goroutines and open fds from its /metrics
+// (Go and process collectors); the Go heap (bytes of allocated objects) from /metrics under
+// load (Peak), and from the heap profile's MemStats after a forced collection when idle.
 type resources struct {
 	RSSBytes   float64 `json:"rss_bytes"`
-	HeapBytes  float64 `json:"heap_inuse_bytes"`
+	HeapBytes  float64 `json:"heap_alloc_bytes"`
 	Goroutines float64 `json:"goroutines"`
 	FDs        float64 `json:"open_fds"`
 }
@@ -102,8 +104,8 @@ func runBenchSoak(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if *minutes <= 0 || o.sessions < 1 || o.streams < 1 {
-		return errors.New("--minutes must be > 0, --sessions and --streams ≥ 1")
+	if *minutes <= 0 || o.sessions < 0 || o.streams < 0 || o.sessions+o.streams == 0 {
+		return errors.New("--minutes must be > 0, and --sessions or --streams ≥ 1")
 	}
 	o.duration = time.Duration(*minutes * float64(time.Minute))
 	res, err := benchSoak(o)
@@ -130,7 +132,7 @@ func printSoak(w io.Writer, r *soakResult) {
 	fmt.Fprintf(w, "  server        %12s %12s %7s %12s\n", "start", "end", "ratio", "peak")
 	mb := func(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
 	fmt.Fprintf(w, "  RSS           %12s %12s %7.3f %12s\n", mb(r.Start.RSSBytes), mb(r.End.RSSBytes), r.RSSRatio, mb(r.Peak.RSSBytes))
-	fmt.Fprintf(w, "  heap in use   %12s %12s %7.3f %12s\n", mb(r.Start.HeapBytes), mb(r.End.HeapBytes), r.HeapRatio, mb(r.Peak.HeapBytes))
+	fmt.Fprintf(w, "  Go heap       %12s %12s %7.3f %12s\n", mb(r.Start.HeapBytes), mb(r.End.HeapBytes), r.HeapRatio, mb(r.Peak.HeapBytes))
 	fmt.Fprintf(w, "  goroutines    %12.0f %12.0f %+7.0f %12.0f\n", r.Start.Goroutines, r.End.Goroutines, r.End.Goroutines-r.Start.Goroutines, r.Peak.Goroutines)
 	fmt.Fprintf(w, "  open fds      %12.0f %12.0f %+7.0f %12.0f\n", r.Start.FDs, r.End.FDs, r.End.FDs-r.Start.FDs, r.Peak.FDs)
 	fmt.Fprintf(w, "  expected races %v; unexpected errors %v\n", r.Expected, r.Errors)
@@ -163,14 +165,15 @@ func benchSoak(o soakOptions) (*soakResult, error) {
 		return nil, err
 	}
 	logs := &errorLines{w: o.log}
+	o.log = logs
 	// One slot more than streams: a slot freed by a dropped client is never needed at once.
-	base, dbgPID, stop, err := startServer(logs, "--tts-model", o.model, "--codec", o.codec, "--tts-voice", o.voice,
+	base, _, stop, err := startServer(logs, "--tts-model", o.model, "--codec", o.codec, "--tts-voice", o.voice,
 		"--tts-slots", strconv.Itoa(o.streams+1), "--sessions-per-key", "0", "--voices", voices, "--debug-listen", dbgAddr)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	s := &soak{o: o, base: base, pid: dbgPID, dbg: "http://" + dbgAddr,
+	s := &soak{o: o, base: base, dbg: "http://" + dbgAddr,
 		res: &soakResult{Bench: "soak", Seconds: o.duration.Seconds(), Sessions: o.sessions, Streams: o.streams, Seed: o.seed,
 			Expected: map[string]int{}, Errors: map[string]int{}}}
 	pcm, _ := rtcclient.ClickTrain(11, 500*time.Millisecond) // longer than any session
@@ -202,7 +205,7 @@ func benchSoak(o soakOptions) (*soakResult, error) {
 		r.Errors["server_log_error"] += n
 	}
 	r.Problems = soakVerdict(start, end)
-	if r.End.Goroutines > r.Start.Goroutines {
+	if end.Goroutines-start.Goroutines > soakGoroutineSlack {
 		for _, g := range goroutineGrowth(gStart, gEnd, 5) {
 			fmt.Fprintf(o.log, "soak: goroutines that grew:\n%s\n", g)
 		}
@@ -235,7 +238,7 @@ func soakVerdict(start, end resources) []string {
 		p = append(p, fmt.Sprintf("RSS %.1f → %.1f MiB (×%.3f)", start.RSSBytes/(1<<20), end.RSSBytes/(1<<20), end.RSSBytes/start.RSSBytes))
 	}
 	if end.HeapBytes > start.HeapBytes*soakGrowth {
-		p = append(p, fmt.Sprintf("heap in use %.1f → %.1f MiB (×%.3f)", start.HeapBytes/(1<<20), end.HeapBytes/(1<<20), end.HeapBytes/start.HeapBytes))
+		p = append(p, fmt.Sprintf("Go heap %.1f → %.1f MiB (×%.3f)", start.HeapBytes/(1<<20), end.HeapBytes/(1<<20), end.HeapBytes/start.HeapBytes))
 	}
 	return p
 }
@@ -247,15 +250,13 @@ type soak struct {
 	dbg     string // its --debug-listen (pprof: a forced GC, goroutine stacks)
 	packets [][]byte
 	nextID  atomic.Int64
-	pid     int
 
-	mu   sync.Mutex
-	res  *soakResult
-	peak resources
+	mu  sync.Mutex
+	res *soakResult
 }
 
 // soakHTTP opens a connection per request, so none stays open in the server between samples.
-var soakHTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+var soakHTTP = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DisableCompression: true}}
 
 func (s *soak) fail(kind string, err error) {
 	s.mu.Lock()
@@ -293,13 +294,20 @@ func (s *soak) clients(warmup bool, deadline time.Time) {
 		rng := rand.New(rand.NewPCG(s.o.seed, uint64(1000+i)))
 		wg.Go(func() {
 			if warmup {
-				for kind := range 3 {
-					s.ttsClient(rng, kind, 2*time.Second)
+				for kind := range 4 {
+					s.ttsClient(rng, kind, soakMinTokens, 2*time.Second)
+				}
+				// The codec compiles a program per window shape, and an utterance's last
+				// windows take their shape from its length: speak every length the run
+				// will draw, so that cache is as full at the start as it gets.
+				for tokens := soakMinTokens + i; tokens < soakMaxTokens; tokens += s.o.streams {
+					s.ttsClient(rng, 1, tokens, 0)
 				}
 				return
 			}
 			for soakPause(rng); time.Until(deadline) > 2*time.Second; soakPause(rng) {
-				s.ttsClient(rng, rng.IntN(4), min(time.Until(deadline), 2*time.Second+randDur(rng, 8*time.Second)))
+				tokens := soakMinTokens + rng.IntN(soakMaxTokens-soakMinTokens)
+				s.ttsClient(rng, rng.IntN(4), tokens, min(time.Until(deadline), 2*time.Second+randDur(rng, 8*time.Second)))
 			}
 		})
 	}
@@ -368,15 +376,25 @@ var soakTexts = []string{
 
 var soakFormats = []string{"pcm_s16le", "mulaw", "opus", "wav"}
 
-// ttsClient is one TTS WebSocket client of a kind: 0 and 1 speak utterances for d (the
-// tts-load session), 2 cancels an utterance once audio flows, 3 closes its TCP connection
-// mid-utterance without a close frame.
-func (s *soak) ttsClient(rng *rand.Rand, kind int, d time.Duration) {
+// Speech tokens per utterance that the TTS clients ask for (1 to 3 s of audio).
+const soakMinTokens, soakMaxTokens = 25, 75
+
+// How a TTS client ends its utterance.
+const (
+	ttsComplete = iota // reads until done
+	ttsCancel          // cancels once audio flows, then waits for done
+	ttsDrop            // closes its TCP connection once audio flows, without a close frame
+)
+
+// ttsClient is one TTS WebSocket client of a kind: 0 speaks utterances of at most tokens
+// for d (the tts-load session, which counts late chunks); 1, 2 and 3 speak one utterance in
+// a random format and end it as ttsComplete, ttsCancel or ttsDrop.
+func (s *soak) ttsClient(rng *rand.Rand, kind, tokens int, d time.Duration) {
 	url := "ws" + strings.TrimPrefix(s.base, "http") + "/v1/tts/ws"
 	text := soakTexts[rng.IntN(len(soakTexts))]
 	n := int(s.nextID.Add(1))
-	if kind < 2 {
-		st, err := loadSession(url, n, text, 25+rng.IntN(50), time.Now().Add(d), s.o.slack)
+	if kind == 0 {
+		st, err := loadSession(url, n, text, tokens, time.Now().Add(d), s.o.slack)
 		if err != nil {
 			s.fail("tts_session", err)
 		}
@@ -390,33 +408,37 @@ func (s *soak) ttsClient(rng *rand.Rand, kind int, d time.Duration) {
 		})
 		return
 	}
-	if err := s.ttsInterrupted(url, n, rng, text, kind == 2); err != nil {
-		s.fail("tts_interrupted", err)
+	end := kind - 1
+	if end != ttsComplete {
+		text, tokens = text+" "+text, 150 // long enough to be cut
+	}
+	if err := s.ttsUtterance(url, n, rng, text, tokens, end); err != nil {
+		s.fail("tts_utterance", err)
 	}
 }
 
-// ttsInterrupted speaks one long utterance in a random format and, once its audio flows,
-// cancels it (and waits for done) or drops the connection.
-func (s *soak) ttsInterrupted(url string, n int, rng *rand.Rand, text string, cancel bool) error {
+// ttsUtterance speaks one utterance in a random format on its own socket and ends it as end
+// says (ttsComplete, ttsCancel, ttsDrop).
+func (s *soak) ttsUtterance(url string, n int, rng *rand.Rand, text string, tokens, end int) error {
 	conn, _, err := websocket.DefaultDialer.Dial(url, nil)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	id := fmt.Sprintf("i%d", n)
+	id := fmt.Sprintf("u%d", n)
 	format := soakFormats[rng.IntN(len(soakFormats))]
-	if err := conn.WriteJSON(map[string]any{"type": "speak", "context_id": id, "text": text + " " + text,
-		"format": map[string]any{"encoding": format}, "options": map[string]any{"max_tokens": 150, "seed": n}}); err != nil {
+	if err := conn.WriteJSON(map[string]any{"type": "speak", "context_id": id, "text": text,
+		"format": map[string]any{"encoding": format}, "options": map[string]any{"max_tokens": tokens, "seed": n}}); err != nil {
 		return err
 	}
 	after := randDur(rng, 300*time.Millisecond) // how long audio flows before the interruption
 	var first time.Time
 	chunks := 0
-	for first.IsZero() || time.Since(first) < after {
+	for end == ttsComplete || first.IsZero() || time.Since(first) < after {
 		var m tts.ServerMessage
 		if err := conn.ReadJSON(&m); err != nil {
-			return fmt.Errorf("%s before the interruption: %w", format, err)
+			return fmt.Errorf("%s: %w", format, err)
 		}
 		switch m.Type {
 		case "audio":
@@ -428,15 +450,17 @@ func (s *soak) ttsInterrupted(url string, n int, rng *rand.Rand, text string, ca
 			return fmt.Errorf("%s: %s: %s", format, m.Code, m.Message)
 		case "done":
 			s.tally(func(r *soakResult) {
-				r.Expected["tts_done_before_interruption"]++
+				if end != ttsComplete {
+					r.Expected["tts_done_before_interruption"]++
+				}
 				r.TTSStreams++
 				r.TTSChunks += chunks
 			})
 			return nil
 		}
 	}
-	if !cancel {
-		conn.UnderlyingConn().Close() // no close frame: a client that vanished
+	if end == ttsDrop {
+		conn.UnderlyingConn().Close() // a client that vanished
 		s.tally(func(r *soakResult) { r.TTSStreams++; r.TTSDropped++; r.TTSChunks += chunks })
 		return nil
 	}
@@ -465,10 +489,11 @@ func (s *soak) ttsInterrupted(url string, n int, rng *rand.Rand, text string, ca
 	}
 }
 
-// quiet waits until the server has no sessions, then forces collections and returns the
-// least of each figure over 2 s of samples, with the goroutine profile. Given the start
-// sample, it keeps sampling (up to 20 s) while the figures are still above it: timers of
-// closed peers and the scavenger's return of memory take a moment.
+// quiet waits until the server has no sessions, forces a collection before each sample and
+// takes 9 samples 250 ms apart: the least goroutines and fds (a scrape briefly adds its own),
+// the median RSS and heap. Given the start figures, it keeps sampling (up to 20 s) while
+// they are above them: closed peers' timers and the scavenger's return of memory take a
+// moment. It also returns the goroutine profile.
 func (s *soak) quiet(start *resources) (resources, string, error) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -487,43 +512,51 @@ func (s *soak) quiet(start *resources) (resources, string, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	var least resources
-	for i := 0; ; i++ {
-		if _, err := httpGet(s.dbg + "/debug/pprof/heap?gc=1"); err != nil { // runtime.GC in the server
-			return resources{}, "", err
+	// The Go heap comes from the heap profile's MemStats, read right after the collection
+	// the request forces: exact, where /metrics' figure counts the spans each P has cached
+	// since the collection as allocated (about a megabyte of noise on a small heap).
+	sample := func() (resources, error) {
+		p, err := httpGet(s.dbg + "/debug/pprof/heap?gc=1&debug=1")
+		if err != nil {
+			return resources{}, err
 		}
 		r, err := scrapeResources(s.base)
 		if err != nil {
+			return resources{}, err
+		}
+		_, after, ok := strings.Cut(string(p), "\n# HeapAlloc = ")
+		n, _, _ := strings.Cut(after, "\n")
+		if r.HeapBytes, err = strconv.ParseFloat(n, 64); !ok || err != nil {
+			return resources{}, errors.New("the heap profile has no HeapAlloc")
+		}
+		return r, nil
+	}
+	// The first profile request allocates what later ones reuse: not part of a sample.
+	if _, err := sample(); err != nil {
+		return resources{}, "", err
+	}
+	var rss, heap []float64
+	var q resources
+	for i := 0; ; i++ {
+		r, err := sample()
+		if err != nil {
 			return resources{}, "", err
 		}
+		rss, heap = append(rss, r.RSSBytes), append(heap, r.HeapBytes)
 		if i == 0 {
-			least = r
+			q.Goroutines, q.FDs = r.Goroutines, r.FDs
 		}
-		least = resources{min(least.RSSBytes, r.RSSBytes), min(least.HeapBytes, r.HeapBytes),
-			min(least.Goroutines, r.Goroutines), min(least.FDs, r.FDs)}
-		if i >= 8 && (start == nil || len(soakVerdict(*start, least)) == 0 || time.Now().After(deadline)) {
-			break
+		q.Goroutines, q.FDs = min(q.Goroutines, r.Goroutines), min(q.FDs, r.FDs)
+		if i >= 8 {
+			q.RSSBytes, q.HeapBytes = median(rss[i-8:]), median(heap[i-8:])
+			if start == nil || len(soakVerdict(*start, q)) == 0 || time.Now().After(deadline) {
+				break
+			}
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if os.Getenv("SOAKDBG") != "" {
-		tag := "start"
-		if start != nil {
-			tag = "end"
-		}
-		hp, _ := httpGet(s.dbg + "/debug/pprof/heap")
-		os.WriteFile("/tmp/soak-heap-"+tag+".pb.gz", hp, 0o644)
-		sm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", s.pid))
-		os.WriteFile("/tmp/soak-smaps-"+tag, sm, 0o644)
-		b, _ := httpGet(s.base + "/metrics")
-		for line := range strings.Lines(string(b)) {
-			if strings.HasPrefix(line, "go_memstats_") || strings.HasPrefix(line, "process_") || strings.HasPrefix(line, "go_threads") {
-				fmt.Fprint(s.o.log, "DBG ", line)
-			}
-		}
-	}
 	g, err := httpGet(s.dbg + "/debug/pprof/goroutine?debug=1")
-	return least, string(g), err
+	return q, string(g), err
 }
 
 // watchPeak samples the server every second until stop closes.
@@ -537,9 +570,6 @@ func (s *soak) watchPeak(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		if r, err := scrapeResources(s.base); err == nil {
-			if os.Getenv("SOAKDBG") != "" {
-				fmt.Fprintf(s.o.log, "PEAK rss %.1f heap %.1f g %.0f fds %.0f\n", r.RSSBytes/(1<<20), r.HeapBytes/(1<<20), r.Goroutines, r.FDs)
-			}
 			s.tally(func(res *soakResult) {
 				p := &res.Peak
 				*p = resources{max(p.RSSBytes, r.RSSBytes), max(p.HeapBytes, r.HeapBytes), max(p.Goroutines, r.Goroutines), max(p.FDs, r.FDs)}
@@ -569,7 +599,7 @@ func getJSON(url string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// scrapeResources reads the server's RSS, heap in use, goroutines and open fds from the
+// scrapeResources reads the server's RSS, Go heap (allocated), goroutines and open fds from the
 // Prometheus text at base/metrics.
 func scrapeResources(base string) (resources, error) {
 	b, err := httpGet(base + "/metrics")
@@ -577,7 +607,7 @@ func scrapeResources(base string) (resources, error) {
 		return resources{}, err
 	}
 	var r resources
-	fields := map[string]*float64{"process_resident_memory_bytes": &r.RSSBytes, "go_memstats_heap_inuse_bytes": &r.HeapBytes,
+	fields := map[string]*float64{"process_resident_memory_bytes": &r.RSSBytes, "go_memstats_heap_alloc_bytes": &r.HeapBytes,
 		"go_goroutines": &r.Goroutines, "process_open_fds": &r.FDs}
 	found := 0
 	for line := range strings.Lines(string(b)) {
@@ -600,6 +630,9 @@ func scrapeResources(base string) (resources, error) {
 func goroutineGrowth(before, after string, most int) []string {
 	parse := func(p string) map[string]int {
 		m := map[string]int{}
+		if strings.HasPrefix(p, "goroutine profile:") {
+			_, p, _ = strings.Cut(p, "\n")
+		}
 		for block := range strings.SplitSeq(p, "\n\n") {
 			head, stack, ok := strings.Cut(block, "\n")
 			n, _, _ := strings.Cut(head, " @")
@@ -628,7 +661,8 @@ func goroutineGrowth(before, after string, most int) []string {
 	return out
 }
 
-// errorLines passes the server's log through and counts its ERROR records.
+// errorLines passes the server's log through and counts its ERROR records; it serialises
+// writes, so the soak's own notes can share it.
 type errorLines struct {
 	w    io.Writer
 	mu   sync.Mutex
@@ -638,6 +672,7 @@ type errorLines struct {
 
 func (e *errorLines) Write(p []byte) (int, error) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.part = append(e.part, p...)
 	for {
 		i := bytes.IndexByte(e.part, '\n')
@@ -649,7 +684,6 @@ func (e *errorLines) Write(p []byte) (int, error) {
 		}
 		e.part = e.part[i+1:]
 	}
-	e.mu.Unlock()
 	return e.w.Write(p)
 }
 

@@ -129,7 +129,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		}
 		dbg := &http.Server{Addr: o.debug, Handler: dh, ReadHeaderTimeout: 10 * time.Second}
 		defer dbg.Close()
-		go func() { log.Warn("debug server ended", "err", dbg.ListenAndServe()) }()
+		go func() {
+			if err := dbg.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+				log.Warn("debug server ended", "err", err)
+			}
+		}()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

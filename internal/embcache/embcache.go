@@ -12,7 +12,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // Cache maps keys to embeddings. The zero value is a memory-only cache.
@@ -38,8 +42,30 @@ func New(dir string) (*Cache, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("embedding cache: %w", err)
 		}
+		removeLeftovers(dir)
 	}
 	return &Cache{Dir: dir}, nil
+}
+
+// removeLeftovers deletes temporary files a killed process left behind. A temporary is
+// named after its writer's pid (.emb-PID-*): one whose writer is gone is removed, one of a
+// live process (voxpipe tts beside a server) is not. Unnamed ones count when a minute old.
+func removeLeftovers(dir string) {
+	tmps, _ := filepath.Glob(filepath.Join(dir, ".emb-*"))
+	for _, t := range tmps {
+		pid, _, named := strings.Cut(strings.TrimPrefix(filepath.Base(t), ".emb-"), "-")
+		n, err := strconv.Atoi(pid)
+		switch {
+		case named && err == nil && n > 0:
+			if n != os.Getpid() && syscall.Kill(n, 0) == syscall.ESRCH {
+				os.Remove(t)
+			}
+		default:
+			if fi, err := os.Stat(t); err == nil && time.Since(fi.ModTime()) > time.Minute {
+				os.Remove(t)
+			}
+		}
+	}
 }
 
 // Key identifies a clip for one model: a hash of the model id, the sample rate and the
@@ -148,7 +174,7 @@ func (c *Cache) store(key string, emb []float32) error {
 	for i, v := range emb {
 		binary.LittleEndian.PutUint32(data[8+4*i:], math.Float32bits(v))
 	}
-	tmp, err := os.CreateTemp(c.Dir, ".emb-*")
+	tmp, err := os.CreateTemp(c.Dir, fmt.Sprintf(".emb-%d-*", os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("embedding cache: %w", err)
 	}

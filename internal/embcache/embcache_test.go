@@ -3,14 +3,17 @@ package embcache
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestKey(t *testing.T) {
@@ -95,5 +98,40 @@ func TestWriteFailureDoesNotFailGet(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "not saved") {
 		t.Errorf("the failure was not logged: %q", logs.String())
+	}
+}
+
+// TestNewRemovesStaleTemporaries: a write cut by kill -9 leaves a temporary file; the next
+// start removes it, but not one a live process may be writing right now.
+func TestNewRemovesStaleTemporaries(t *testing.T) {
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale, fresh := filepath.Join(dir, ".emb-stale"), filepath.Join(dir, ".emb-fresh")
+	killed := filepath.Join(dir, fmt.Sprintf(".emb-%d-123", dead.Process.Pid))
+	live := filepath.Join(dir, fmt.Sprintf(".emb-%d-456", os.Getppid()))
+	for _, p := range []string{stale, fresh, killed, live} {
+		if err := os.WriteFile(p, []byte("half"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{stale, killed} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s kept: %v", filepath.Base(p), err)
+		}
+	}
+	for _, p := range []string{fresh, live} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", filepath.Base(p), err)
+		}
 	}
 }
