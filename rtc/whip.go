@@ -24,7 +24,6 @@ import (
 // maxViewers bounds the WHEP viewers of one session.
 const maxViewers = 8
 
-
 func (s *Server) addPeer(p *peer) {
 	s.mu.Lock()
 	s.peers[p.id] = p

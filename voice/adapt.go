@@ -13,8 +13,8 @@ import (
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/server/auth"
-	"github.com/voxpipe/voxpipe/voice/library"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/voice/library"
 )
 
 // MioTTS makes a MioTTS model a stream.Synthesizer named "miotts" whose voices, the default

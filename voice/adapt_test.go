@@ -13,8 +13,8 @@ import (
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/server/auth"
-	"github.com/voxpipe/voxpipe/voice/library"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/voice/library"
 )
 
 // A TTS request resolves its voice among the voices its owner can see: another owner's

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/obsws"
+	"github.com/voxpipe/voxpipe/rtc"
 )
 
 // obsSync keeps an OBS input's audio sync offset at the live voice's measured latency

@@ -48,7 +48,6 @@ func (l *Library) Remove(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-
 // internal answers a server-side failure. The details (OS errors naming the library's
 // paths) go to the log only.
 func (l *Library) internal(w http.ResponseWriter, op string, err error) {
