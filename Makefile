@@ -31,7 +31,9 @@ test: test-go test-web ## all tests: Go (unit, parity, WebRTC loopback) and the 
 
 test-go: deps
 	$(GO) vet ./...
-	$(GO) test -count=1 ./...
+	@# -p 1: packages one at a time, so the timing of the WebRTC tests is not measured under
+	@# the load of another package's soak or model tests.
+	$(GO) test -p 1 -count=1 ./...
 
 test-web: test-deps build
 	node --test web/e2e/

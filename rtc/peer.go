@@ -686,10 +686,10 @@ func (p *peer) popDecode(f *mediaFrame, acc *statsAccumulator, now time.Time) (n
 	return n, arrival
 }
 
-// settleBudget bounds the clock's wait for a step it started: voices whose steps finish
-// within it (the DSP voice, small models) are played in the same tick; slower ones are not
-// waited for at all. A send moves by at most this much, which a jitter buffer absorbs.
-const settleBudget = 8 * time.Millisecond
+// settleBudget bounds the clock's wait for a step it started: voices whose chunks typically
+// finish within it (small models) are played in the same tick; slower ones are not waited
+// for at all. A send moves by at most this much, which a jitter buffer absorbs.
+const settleBudget = 15 * time.Millisecond
 
 // process hands one frame to the session and takes the output that is ready (or takes
 // text-to-speech audio). Neither waits for a model: the scheduler's workers process.
