@@ -239,7 +239,7 @@ func (l *Live) Push(in []float32, at time.Time) bool {
 }
 
 func (l *Live) noteStep(d time.Duration) {
-	l.recent[l.stepN.Add(1)%uint64(len(l.recent))].Store(int64(d))
+	l.recent[(l.stepN.Add(1)-1)%uint64(len(l.recent))].Store(int64(d)) // slots fill from 0
 }
 
 // Settle waits for the step that Push started when the session's chunks typically (the
