@@ -670,4 +670,3 @@ func (d *Decoder) DecodeStats(tokens []int32, global []float32) ([]float32, *Gro
 	wave, err := d.run(pl, tokens, global, io, nil)
 	return wave, io.stats, err
 }
-
