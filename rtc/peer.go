@@ -227,9 +227,7 @@ func (p *peer) configure(m Message) (string, error) {
 	if err != nil {
 		if fresh != nil { // never installed: only this session held it
 			p.owned = slices.DeleteFunc(p.owned, func(q stream.Processor) bool { return q == fresh })
-			if c, ok := fresh.(interface{ Close() }); ok {
-				c.Close()
-			}
+			stream.CloseProcessor(fresh)
 		}
 		return code, err
 	}
@@ -330,9 +328,7 @@ func (p *peer) release(keep ...stream.Processor) {
 			kept = append(kept, proc)
 			continue
 		}
-		if c, ok := proc.(interface{ Close() }); ok {
-			c.Close()
-		}
+		stream.CloseProcessor(proc)
 	}
 	clear(p.owned[len(kept):])
 	p.owned = kept

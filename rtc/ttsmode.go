@@ -83,7 +83,7 @@ func (p *peer) startTTS(ctx context.Context, m Message) (string, error) {
 
 // speak queues a text.
 func (t *ttsSession) speak(ctx context.Context, m Message) (string, error) {
-	if !hasText(m.Text) {
+	if !stream.HasWords(m.Text) {
 		return CodeBadMessage, errors.New("speak needs a non-empty text")
 	}
 	if n := utf8.RuneCountInString(m.Text); n > MaxSpeakText {
@@ -231,15 +231,6 @@ func (t *ttsSession) run(j ttsJob) {
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func hasText(s string) bool {
-	for _, r := range s {
-		if r > ' ' {
-			return true
-		}
-	}
-	return false
-}
 
 // event sends a message on the signaling socket and, when the client opened one, on the
 // data channel too (clients that keep only the peer connection still get the events).

@@ -41,6 +41,17 @@ type SynthChunk struct {
 // (no letters or digits): the client's mistake, not a failure.
 var ErrNothingToSay = errors.New("nothing to say")
 
+// HasWords reports whether text has anything but spaces and control characters: text
+// without is not sent to a synthesizer at all.
+func HasWords(text string) bool {
+	for _, r := range text {
+		if r > ' ' {
+			return true
+		}
+	}
+	return false
+}
+
 // SynthInfo describes a synthesizer.
 type SynthInfo struct {
 	Name       string

@@ -209,7 +209,7 @@ func (k *socket) handle(data []byte) {
 // dispatch hands the first n bytes of the context's text to its worker.
 func (k *socket) dispatch(c *ttsContext, text string) {
 	c.text = c.text[len(text):]
-	if !hasWords(text) {
+	if !stream.HasWords(text) {
 		return
 	}
 	select {
@@ -339,12 +339,3 @@ func (c *ttsContext) metrics() *Metrics {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func hasWords(s string) bool {
-	for _, r := range s {
-		if r > ' ' {
-			return true
-		}
-	}
-	return false
-}

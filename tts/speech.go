@@ -62,7 +62,7 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, CodeBadJSON, "request body is not valid JSON: "+err.Error())
 		return
 	}
-	if req.Input == "" || !hasWords(req.Input) {
+	if req.Input == "" || !stream.HasWords(req.Input) {
 		writeAPIError(w, http.StatusBadRequest, CodeBadMessage, "input is empty")
 		return
 	}

@@ -28,12 +28,7 @@ func TestServeKeylessGuard(t *testing.T) {
 		if origin != "" {
 			req.Header.Set("Origin", origin)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return status(t, req, "")
 	}
 	for _, c := range []struct {
 		method, path, host, origin string

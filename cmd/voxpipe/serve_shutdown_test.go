@@ -30,13 +30,7 @@ type served struct {
 // startServe runs serve (the command's HTTP server, timeouts, limits and shutdown) with o.
 func startServe(t *testing.T, o serveOptions) *served {
 	t.Helper()
-	o.voice, o.loopback, o.jitter, o.threads = "dsp", true, 40*time.Millisecond, 2
-	if o.voicesDir == "" {
-		o.voicesDir = t.TempDir()
-	}
-	if o.ttsSlots == 0 {
-		o.ttsSlots, o.ttsWait = 2, time.Second
-	}
+	o = testDefaults(t, o)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := newApp(o, log, io.Discard)
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 	"github.com/voxpipe/voxpipe/internal/golden"
 )
 
-func testApp(t *testing.T, o serveOptions) string {
-	t.Helper()
+// testDefaults fills the settings a test server takes unless the test set them.
+func testDefaults(t *testing.T, o serveOptions) serveOptions {
 	o.voice, o.loopback, o.jitter, o.threads = "dsp", true, 40*time.Millisecond, 2
 	if o.voicesDir == "" {
 		o.voicesDir = t.TempDir()
@@ -27,6 +27,26 @@ func testApp(t *testing.T, o serveOptions) string {
 	if o.ttsSlots == 0 {
 		o.ttsSlots, o.ttsWait = 2, time.Second
 	}
+	return o
+}
+
+// status sends req (with an API key, if given) and returns the status code.
+func status(t *testing.T, req *http.Request, key string) int {
+	t.Helper()
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func testApp(t *testing.T, o serveOptions) string {
+	t.Helper()
+	o = testDefaults(t, o)
 	a, err := newApp(o, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -145,12 +165,7 @@ func TestServeAuth(t *testing.T) {
 		if header != "" {
 			req.Header.Set("Authorization", header)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return status(t, req, "")
 	}
 	for _, c := range []struct {
 		path, header string
