@@ -46,6 +46,7 @@ bench-models: build
 	@[ -f $(BENCH_MODELS)/miotts-0.6b-f32.gguf ] || ./$(BIN) mkmodel --family miotts --size 0.6b --dtype f32 --out $(BENCH_MODELS)/miotts-0.6b-f32.gguf
 	@[ -f $(BENCH_MODELS)/miocodec.gguf ] || ./$(BIN) mkmodel --family miocodec --out $(BENCH_MODELS)/miocodec.gguf
 	@[ -f $(BENCH_MODELS)/meanvc2.gguf ] || ./$(BIN) mkmodel --family meanvc2 --out $(BENCH_MODELS)/meanvc2.gguf
+	@[ -f $(BENCH_MODELS)/meanvc2-40ms.gguf ] || ./$(BIN) mkmodel --family meanvc2 --variant 40ms --out $(BENCH_MODELS)/meanvc2-40ms.gguf
 
 bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the models at real size, the WebRTC loopback
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
@@ -53,6 +54,9 @@ bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the mod
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 2 --seconds 20 --json
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 1 --seconds 20 --json
+	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2-40ms.gguf --threads 2 --seconds 20 --json
+	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --ref testdata/speech_en_48k.wav --seconds 20 --json
+	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2-40ms.gguf --ref testdata/speech_en_48k.wav --seconds 20 --json
 	./$(BIN) bench tts-load --sessions 1 --seconds 10 --json
 	./$(BIN) bench tts-load --sessions 20 --seconds 10 --slots 2 --queue 50ms --json
 	./$(BIN) bench gemm --json

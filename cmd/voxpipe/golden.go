@@ -22,6 +22,8 @@ var goldenFamilies = map[string]func(r *parity.Run, be engine.Backend) error{
 	"miotts":   miotts.Golden,
 	"miocodec": miocodec.Golden,
 	"meanvc2":  meanvc2.Golden,
+	// The 40 ms + 40 ms model: the same code and cases layout, its own folder.
+	"meanvc2_40ms": meanvc2.Golden,
 }
 
 func goldenFamilyNames() string {

@@ -77,7 +77,7 @@ func TestGoldenCommand(t *testing.T) {
 	if code == 0 || !strings.Contains(stdout, "FAIL lm.prefill.logits_full") {
 		t.Errorf("changed expectation: exit %d\n%s", code, stdout)
 	}
-	if _, stderr, code := runCmd(t, "golden", "--family", "nope"); code == 0 || !strings.Contains(stderr, "meanvc2, miocodec, miotts") {
+	if _, stderr, code := runCmd(t, "golden", "--family", "nope"); code == 0 || !strings.Contains(stderr, "meanvc2, meanvc2_40ms, miocodec, miotts") {
 		t.Errorf("unknown family: exit %d %s", code, stderr)
 	}
 	if _, stderr, code := runCmd(t, "golden", "--family", "miotts", "--dir", t.TempDir()); code == 0 || !strings.Contains(stderr, "cases.gguf") {
@@ -119,5 +119,18 @@ func TestBinaryLinksNoTesting(t *testing.T) {
 	}
 	if bad := slices.DeleteFunc(slices.Clone(deps), func(p string) bool { return !isTesting(p) }); len(bad) > 0 {
 		t.Errorf("the binary links %v, imported by %v", bad, importers)
+	}
+}
+
+// `golden --family meanvc2_40ms` runs the 40 ms + 40 ms model's folder through the same code
+// as meanvc2's, and every stage passes.
+func TestGoldenMeanVC2Variants(t *testing.T) {
+	for _, family := range []string{"meanvc2", "meanvc2_40ms"} {
+		golden.Path(t, family)
+		stdout, stderr, code := runCmd(t, "golden", "--family", family)
+		if code != 0 || !strings.Contains(stdout, family+": ") || !strings.Contains(stdout, " 0 failed") {
+			lines := strings.Split(strings.TrimSpace(stdout), "\n")
+			t.Errorf("golden --family %s: exit %d\n%s\n%s", family, code, lines[len(lines)-1], stderr)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -24,6 +25,7 @@ import (
 // mkOptions are mkmodel's settings.
 type mkOptions struct {
 	dims, size string // dims: real or tiny; size: miotts 0.6b or 1.7b
+	variant    string // meanvc2: 120ms or 40ms
 	seed       uint64
 	dtype      gguf.DType // matrices; norms, biases and other vectors stay F32
 }
@@ -39,10 +41,11 @@ var mkFamilies = map[string]mkFamily{
 }
 
 func runMkmodel(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("mkmodel", "mkmodel --family miotts|miocodec|meanvc2 [--dims real|tiny] [--size 0.6b|1.7b] [--dtype f32|f16|q8_0] [--seed N] --out FILE.gguf", stderr)
+	fs := newFlags("mkmodel", "mkmodel --family miotts|miocodec|meanvc2 [--dims real|tiny] [--size 0.6b|1.7b] [--variant 120ms|40ms] [--dtype f32|f16|q8_0] [--seed N] --out FILE.gguf", stderr)
 	family := fs.String("family", "", "model family: miotts, miocodec or meanvc2")
 	dims := fs.String("dims", "real", "real: a published model's dimensions; tiny: the golden test model's")
 	size := fs.String("size", "0.6b", "miotts size with --dims real: 0.6b or 1.7b")
+	variant := fs.String("variant", "120ms", "meanvc2 variant: 120ms (the 120 ms + 40 ms model) or 40ms (the 40 ms + 40 ms one, lower latency): the same tensors, the variant's streaming constants in config.json")
 	seed := fs.Uint64("seed", 1, "random seed")
 	out := fs.String("out", "", "output file")
 	dtype := fs.String("dtype", "f32", "stored matrix type: f32, f16 or q8_0 (norms stay f32)")
@@ -53,7 +56,7 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("--out is required")
 	}
-	o := mkOptions{dims: *dims, size: strings.ToLower(*size), seed: *seed}
+	o := mkOptions{dims: *dims, size: strings.ToLower(*size), variant: strings.ToLower(*variant), seed: *seed}
 	switch *dtype {
 	case "f32":
 		o.dtype = gguf.F32
@@ -70,6 +73,9 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 	gen, ok := mkFamilies[*family]
 	if !ok {
 		return fmt.Errorf("unknown family %q (available: miotts, miocodec, meanvc2)", *family)
+	}
+	if *family != "meanvc2" && flagGiven(fs, "variant") {
+		return fmt.Errorf("--variant is for --family meanvc2 (120ms or 40ms), not %s", *family)
 	}
 	start := time.Now()
 	kv, tensors, files, desc, err := gen(o, stderr)
@@ -98,6 +104,13 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "wrote %s: %s, %d tensors, %.1f MB, random weights (seed %d) in %.1f s\n",
 		*out, desc, len(tensors), float64(st.Size())/1e6, *seed, time.Since(start).Seconds())
 	return nil
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func mkMioTTS(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error) {

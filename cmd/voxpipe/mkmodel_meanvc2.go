@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,9 +32,10 @@ type mvc2Dims struct {
 	wavlm wavlm.Config
 }
 
-// mvc2Real is the published meanvc2-120ms-40ms file (audio.cpp's single-file package).
+// mvc2Real is the published meanvc2-120ms-40ms file (audio.cpp's single-file package);
+// withVariant makes it the 40 ms + 40 ms one and puts the variant in its name.
 func mvc2Real() mvc2Dims {
-	return mvc2Dims{name: "meanvc2-120ms-40ms-random", vc: meanvc2.DefaultConfig(), asr: conformer.RealConfig(),
+	return mvc2Dims{name: "meanvc2-random", vc: meanvc2.DefaultConfig(), asr: conformer.RealConfig(),
 		vocos: vocos.RealDims, ecapa: ecapa.RealDims, wavlm: wavlm.RealLarge()}
 }
 
@@ -197,13 +199,43 @@ func (d mvc2Dims) mvc2Weights(seed uint64, dt gguf.DType, progress io.Writer) []
 	return ts
 }
 
-// mkMeanVC2 makes the published single-file MeanVC2 (meanvc2-120ms-40ms: vc/, asr/, vocos/,
-// speaker_wavlm/, speaker_ecapa/ and config.json) with random weights: at real size with
-// --dims real, in the golden test model's layout with --dims tiny.
+// withVariant returns d with the streaming constants of a published variant ("120ms" or
+// "40ms", meanvc2.Variants): the DiT chunk (vc.model.chunk_size and runtime.chunk_size), the
+// ASR window, stride, attention cache and offsets (runtime.bn_window, …, and the asr section's
+// att_cache_shape), and the variant in its name. No tensor's shape depends on the variant.
+func (d mvc2Dims) withVariant(variant string) (mvc2Dims, error) {
+	if !slices.Contains(meanvc2.Variants, variant) {
+		return d, fmt.Errorf("meanvc2: --variant %q: use %s", variant, strings.Join(meanvc2.Variants, " or "))
+	}
+	vc, err := d.vc.WithVariant(variant)
+	if err != nil {
+		return d, err
+	}
+	d.vc = vc
+	rt, s := vc.Runtime, &d.asr.Stream
+	s.Window, s.Stride, s.RequiredCache = rt.BNWindow, rt.BNStride, rt.RequiredCacheSize
+	s.OffsetInit, s.OffsetStep = rt.ASROffsetInit, rt.ASROffsetStep
+	d.name = strings.Replace(d.name, "meanvc2", d.published(), 1)
+	return d, nil
+}
+
+// published is the name of the released model whose layout d has: meanvc2-120ms-40ms or
+// meanvc2-40ms-40ms.
+func (d mvc2Dims) published() string { return "meanvc2-" + d.vc.Runtime.Model + "-40ms" }
+
+// mkMeanVC2 makes the published single-file MeanVC2 (meanvc2-120ms-40ms or, with --variant
+// 40ms, meanvc2-40ms-40ms: vc/, asr/, vocos/, speaker_wavlm/, speaker_ecapa/ and config.json)
+// with random weights: at real size with --dims real, in the golden test model's layout with
+// --dims tiny. general.name is meanvc2-<variant>-40ms-random (…-tiny-random).
 func mkMeanVC2(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error) {
 	d := mvc2Real()
 	if o.dims == "tiny" {
 		d = mvc2Tiny()
+	}
+	variant := cmp.Or(o.variant, "120ms")
+	d, err := d.withVariant(variant)
+	if err != nil {
+		return nil, nil, nil, "", err
 	}
 	conf, err := d.configJSON()
 	if err != nil {
@@ -219,7 +251,7 @@ func mkMeanVC2(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []
 	}
 	for k, v := range map[string]any{
 		"audiocpp.model_spec.version":   uint32(1),
-		"audiocpp.model_spec.json":      `{"family": "meanvc2", "description": "random-weight model with the layout of meanvc2-120ms-40ms"}`,
+		"audiocpp.model_spec.json":      `{"family": "meanvc2", "description": "random-weight model with the layout of ` + d.published() + `"}`,
 		"audiocpp.source_format":        "packed",
 		"audiocpp.weight_type":          weightType,
 		"audiocpp.tensor_sources.names": []string{"vc", "vocos", conformer.Namespace, "speaker_wavlm", "speaker_ecapa"},
@@ -230,5 +262,5 @@ func mkMeanVC2(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []
 	}
 	fmt.Fprintf(progress, "generating %d tensors…\n", len(d.specs()))
 	ts := d.mvc2Weights(o.seed, o.dtype, progress)
-	return kv, ts, []gguf.EmbeddedFile{{Name: "config.json", Data: conf}}, "meanvc2 120ms+40ms (" + o.dims + ")", nil
+	return kv, ts, []gguf.EmbeddedFile{{Name: "config.json", Data: conf}}, "meanvc2 " + strings.TrimSuffix(variant, "ms") + " ms + 40 ms (" + o.dims + ")", nil
 }

@@ -58,6 +58,13 @@ func Stream120ms() StreamConfig {
 		Window: 19, Stride: 16, RequiredCache: 8, OffsetInit: 8, OffsetStep: 4, OffsetReset: 4000}
 }
 
+// Stream40ms is the front end of the 40 ms + 40 ms MeanVC2 model (fastu2pp_80ms): two
+// 11-frame windows per chunk, 2 BN frames each.
+func Stream40ms() StreamConfig {
+	return StreamConfig{ChunkSamples: 2560, SamplesCacheLen: 720, SamplesCacheInit: -0.5, FbankCacheFrames: 3,
+		Window: 11, Stride: 8, RequiredCache: 4, OffsetInit: 4, OffsetStep: 2, OffsetReset: 4000}
+}
+
 // RealConfig is the published fastu2pp_160ms encoder as audio.cpp packages it
 // (shared/reference/audiocpp.md §2.2–2.3): d 256, 4 heads, FFN 2048, 6 layers, kernel 9,
 // subsampling width 256 (Linear 256·19 → 256), LayerNorm eps 1e-5, no global CMVN.
@@ -160,6 +167,23 @@ func (c Config) validateStream() error {
 		return fmt.Errorf("conformer: window of %d fbank frames is shorter than the subsampling's 7", s.Window)
 	}
 	return nil
+}
+
+// WindowsPerChunk is the number of ASR windows a whole input chunk gives once frames are
+// carried from the one before (1 for the 120 ms model, 2 for the 40 ms one).
+func (c Config) WindowsPerChunk() int {
+	s := c.Stream
+	frameLen := int(float64(c.Fbank.SampleRate) * c.Fbank.FrameLengthMs * 0.001)
+	shift := int(float64(c.Fbank.SampleRate) * c.Fbank.FrameShiftMs * 0.001)
+	n := s.SamplesCacheLen + s.ChunkSamples
+	if shift <= 0 || n < frameLen || s.Stride <= 0 {
+		return 0
+	}
+	total := s.FbankCacheFrames + 1 + (n-frameLen)/shift
+	if total < s.Window {
+		return 0
+	}
+	return (total-s.Window)/s.Stride + 1
 }
 
 // OutFrames is how many encoder frames a window of n fbank frames gives (two 3×3 stride-2

@@ -164,3 +164,69 @@ func TestFrontEndAllocs(t *testing.T) {
 		t.Errorf("Push allocates %v times", n)
 	}
 }
+
+// TestFrontEndEarlyWindows: Push emits a window as soon as the samples under its last frame
+// have arrived — mid-chunk — and the windows equal those of whole chunks, for both MeanVC2
+// front ends.
+func TestFrontEndEarlyWindows(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stream StreamConfig
+		// chunk-local sample counts after which each window of chunk 0 / of later chunks exists
+		first, later []int
+	}{
+		{"120ms", Stream120ms(), []int{2560}, []int{2080}},
+		{"40ms", Stream40ms(), []int{1280, 2560}, []int{800, 2080}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := RealConfig()
+			cfg.Stream = tc.stream
+			x := voiced(2560*4, 6)
+			whole, err := NewFrontEnd(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := feed(t, whole, x, 2560)
+			fe, err := NewFrontEnd(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []window
+			var at []int // samples pushed when each window came
+			pushed := 0
+			emit := func(w []float32, off int) error {
+				got = append(got, window{slices.Clone(w), off})
+				at = append(at, pushed)
+				return nil
+			}
+			for _, v := range x {
+				pushed++
+				if err := fe.Push([]float32{v}, emit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%d windows sample by sample, %d by whole chunks", len(got), len(want))
+			}
+			for i := range got {
+				if got[i].offset != want[i].offset || !slices.Equal(got[i].frames, want[i].frames) {
+					t.Fatalf("window %d differs from the whole-chunk one", i)
+				}
+			}
+			per := len(tc.later)
+			for i, n := range at {
+				chunk, w := 0, i
+				if i >= len(tc.first) {
+					chunk, w = 1+(i-len(tc.first))/per, (i-len(tc.first))%per
+				}
+				want := tc.first[w]
+				if chunk > 0 {
+					want = tc.later[w]
+				}
+				if n != 2560*chunk+want {
+					t.Errorf("window %d (chunk %d, #%d) came after %d samples, want %d", i, chunk, w, n, 2560*chunk+want)
+				}
+			}
+		})
+	}
+}

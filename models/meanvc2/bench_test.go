@@ -16,6 +16,14 @@ func TestBenchHelpers(t *testing.T) {
 	if res.Chunks != 2*6 || res.RTFMedian <= 0 || res.SessionMB <= 0 || res.LatencyMs != 105 || res.SlackMs != 140 {
 		t.Errorf("stream bench %+v", res)
 	}
+	// The whole cost is at least the median chunk's: it adds the slower chunks and the flush.
+	if res.Variant != "120ms" || res.RTFTotal < res.RTFMedian*0.5 || res.LiveMs != 105+260+20 {
+		t.Errorf("stream bench: variant %q, rtf_total %v (median %v), live latency %v ms", res.Variant, res.RTFTotal, res.RTFMedian, res.LiveMs)
+	}
+	m40, _, _ := goldenVariant(t, Family+"_40ms")
+	if res, err := BenchStream(m40, 1, 1); err != nil || res.Variant != "40ms" || res.LiveMs != 105+100+20 || res.RTFTotal <= 0 {
+		t.Errorf("40 ms model: %+v, %v", res, err)
+	}
 	sp, err := BenchSpeaker(m, 3)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ package meanvc2
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
@@ -107,6 +108,29 @@ func DefaultConfig() Config {
 			UpsampleFactor: 160, VocoderOverlap: 2, VocoderWavOverlap: 160, VocoderWavPad: 0,
 		},
 	}
+}
+
+// Variants are the published models' names (Runtime.Model): the 120 ms + 40 ms model
+// (meanvc2_120ms_40ms + fastu2pp_160ms) and the 40 ms + 40 ms one (meanvc2_40ms_40ms +
+// fastu2pp_80ms). No weight's shape depends on the variant; the streaming constants do.
+var Variants = []string{"120ms", "40ms"}
+
+// WithVariant returns c with the streaming constants of a published variant (DiT chunk, ASR
+// window, stride, cache and offsets), as run_rt.py's MODEL_PATHS sets them.
+func (c Config) WithVariant(v string) (Config, error) {
+	rt := &c.Runtime
+	switch v {
+	case "120ms":
+		c.ChunkSize, rt.ChunkSize = 12, 12
+		rt.BNWindow, rt.BNStride, rt.RequiredCacheSize, rt.ASROffsetInit, rt.ASROffsetStep = 19, 16, 8, 8, 4
+	case "40ms":
+		c.ChunkSize, rt.ChunkSize = 4, 4
+		rt.BNWindow, rt.BNStride, rt.RequiredCacheSize, rt.ASROffsetInit, rt.ASROffsetStep = 11, 8, 4, 4, 2
+	default:
+		return c, fmt.Errorf("meanvc2: variant %q: use %s", v, strings.Join(Variants, " or "))
+	}
+	rt.Model = v
+	return c, c.validate()
 }
 
 // Window is the number of frames one DiT call sees: the chunk plus the lookahead block.

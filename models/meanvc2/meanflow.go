@@ -349,29 +349,92 @@ func timeFreq(dst []float32, t, scale float64) {
 	}
 }
 
-// UpsampleBN turns one ASR window's BN frames [n, dim] into mel-rate condition frames:
-// [prev ‖ bn] (prev = the previous window's last frame, nil for the first window) is
-// linearly interpolated with aligned corners to points+1 frames and the first is dropped
-// (run_rt.py: points = 16). Fewer than 2 input frames give nil, as in the reference.
+// UpsampleBN turns one input chunk's BN frames [n, dim] (from all its ASR windows) into
+// mel-rate condition frames: [prev ‖ bn] (prev = the previous chunk's last frame, nil for
+// the first chunk) is linearly interpolated with aligned corners to points+1 frames and the
+// first is dropped (run_rt.py: points = 16). Fewer than 2 input frames give nil, as in the
+// reference.
 func UpsampleBN(prev, bn []float32, dim, points int) []float32 {
-	src := make([]float32, 0, len(prev)+len(bn))
-	src = append(append(src, prev...), bn...)
-	n := len(src) / dim
-	if n < 2 || points < 1 {
-		return nil
+	a := condAdapter{dim: dim, points: points}
+	if prev != nil {
+		a.prev, a.hasPrev = append([]float32(nil), prev...), true
 	}
-	out := make([]float32, points*dim)
-	scale := float64(n-1) / float64(points)
-	for p := 1; p <= points; p++ {
-		pos := scale * float64(p)
+	a.begin(len(bn) / dim)
+	return a.end(a.add(nil, bn))
+}
+
+// condAdapter is run_rt's BN adapter (UpsampleBN) run as a chunk's windows come in: each
+// condition frame is emitted as soon as the BN frames it interpolates exist, so the early
+// path (Stream.Write) gets the frames of a window before the chunk's next window runs, with
+// the values the whole chunk gives.
+type condAdapter struct {
+	dim, points int
+	src         []float32 // the previous chunk's last frame (if any) ‖ this chunk's frames so far
+	prev        []float32 // the previous chunk's last BN frame
+	hasPrev     bool
+	span        int // source frames the open chunk's interpolation spans
+	next        int // the next point to emit (1-based; point 0 is dropped)
+}
+
+// begin opens a chunk that will bring frames BN frames.
+func (a *condAdapter) begin(frames int) {
+	a.src = a.src[:0]
+	if a.hasPrev {
+		a.src = append(a.src, a.prev...)
+	}
+	a.span = len(a.src)/a.dim + frames
+	a.next = 1
+}
+
+// add takes one window's BN frames and appends the condition frames now known to out.
+func (a *condAdapter) add(out, bn []float32) []float32 {
+	a.src = append(a.src, bn...)
+	return a.emit(out, len(a.src)/a.dim)
+}
+
+// emit appends the points that read only the first have source frames.
+func (a *condAdapter) emit(out []float32, have int) []float32 {
+	n, d := a.span, a.dim
+	if n < 2 {
+		return out
+	}
+	scale := float64(n-1) / float64(a.points)
+	for ; a.next <= a.points; a.next++ {
+		pos := scale * float64(a.next)
 		i0 := min(int(pos), n-1)
-		i1 := min(i0+1, n-1)
 		lam := float32(pos - float64(i0))
-		a, b, o := src[i0*dim:(i0+1)*dim], src[i1*dim:(i1+1)*dim], out[(p-1)*dim:p*dim]
-		for k := range o {
-			o[k] = (1-lam)*a[k] + lam*b[k]
+		i1 := i0
+		if lam != 0 {
+			i1 = min(i0+1, n-1)
+		}
+		if i1 >= have {
+			break
+		}
+		x, y := a.src[i0*d:(i0+1)*d], a.src[i1*d:(i1+1)*d]
+		for k := range d {
+			out = append(out, (1-lam)*x[k]+lam*y[k])
 		}
 	}
+	return out
+}
+
+// end closes the chunk and appends its remaining condition frames. A chunk that brought
+// fewer frames than begin was told (a final short chunk cut early) repeats its last frame
+// in their place. Its last frame is the next chunk's previous one.
+func (a *condAdapter) end(out []float32) []float32 {
+	have := len(a.src) / a.dim
+	if !a.hasPrev && have == 0 || a.hasPrev && have == 1 {
+		a.span = 0
+		return out // no window ran: no frames, nothing carried
+	}
+	last := a.src[(have-1)*a.dim:]
+	for range a.span - have {
+		a.src = append(a.src, last...)
+	}
+	last = a.src[len(a.src)-a.dim:]
+	out = a.emit(out, a.span)
+	a.prev = append(a.prev[:0], last...)
+	a.hasPrev, a.span = true, 0
 	return out
 }
 

@@ -166,10 +166,12 @@ func (m *Model) checkFit() error {
 		return fmt.Errorf("runtime sample rate %d, want 16000", rt.SampleRate)
 	case m.Vocoder.Config.Hop != fbankShift(a):
 		return fmt.Errorf("vocoder hop %d samples, fbank shift %d: mel and content frames must share a rate", m.Vocoder.Config.Hop, fbankShift(a))
-	case conformer.OutFrames(a.Stream.Window) < 1 || rt.VCChunkFrames%conformer.OutFrames(a.Stream.Window) != 0:
-		return fmt.Errorf("%d condition frames per window do not divide into %d BN frames", rt.VCChunkFrames, conformer.OutFrames(a.Stream.Window))
-	case rt.VCChunkFrames != c.Window():
-		return fmt.Errorf("runtime condition window %d frames, DiT window %d", rt.VCChunkFrames, c.Window())
+	case conformer.OutFrames(a.Stream.Window) < 1:
+		return fmt.Errorf("an ASR window of %d fbank frames gives no BN frame", a.Stream.Window)
+	case a.WindowsPerChunk() < 1:
+		return fmt.Errorf("a %d-sample chunk holds no %d-frame ASR window", rt.ChunkSamples, a.Stream.Window)
+	case rt.VCChunkFrames < 1 || rt.VCChunkFrames%(a.WindowsPerChunk()*conformer.OutFrames(a.Stream.Window)) != 0:
+		return fmt.Errorf("%d condition frames per chunk are not a multiple of its %d BN frames", rt.VCChunkFrames, a.WindowsPerChunk()*conformer.OutFrames(a.Stream.Window))
 	}
 	return nil
 }
@@ -257,13 +259,21 @@ type Stream struct {
 	cond   *CondBuffer
 	target Timbre
 
-	prevBN  []float32 // the previous window's last BN frame
-	hasPrev bool
-	steps   int // DiT steps since Reset
-	noise   NoiseFunc
-	seed    uint64
-	pending []float32 // Write's partial chunk
-	err     error     // a failed step leaves the stream unusable until Reset
+	adapter      condAdapter // BN frames → condition frames, a chunk at a time
+	bnPerWin     int         // BN frames an ASR window gives
+	chunkSteps   int         // DiT steps run for the current chunk (capped per chunk)
+	chunkWindows int         // ASR windows run for the current chunk
+	out          []float32   // the caller's output while Write or chunk runs
+	steps        int         // DiT steps since Reset
+	noise        NoiseFunc
+	seed         uint64
+	err          error // a failed step leaves the stream unusable until Reset
+
+	spread     bool // Write runs at most one DiT step per call (SpreadSteps)
+	writeSteps int  // DiT steps run in this Write call
+
+	dry     bool // scheduling only (LiveDelay): no model runs
+	dryPrev int  // a dry stream's vocoder overlap frames
 }
 
 // NewStream starts a conversion into the target voice (Model.Timbre or VoiceFromClip).
@@ -285,8 +295,8 @@ func (m *Model) NewStream(target Timbre) (*Stream, error) {
 		return nil, fmt.Errorf("meanvc2: stream: %w", err)
 	}
 	s := &Stream{m: m, fe: fe, asr: asr, voc: voc, dit: m.DiT.NewState(), cond: m.Config.NewCondBuffer(),
-		target: target, prevBN: make([]float32, m.Config.BNDim), seed: DefaultSeed,
-		pending: make([]float32, 0, m.Config.Runtime.ChunkSamples)}
+		target: target, seed: DefaultSeed, bnPerWin: conformer.OutFrames(m.ASR.Config.Stream.Window),
+		adapter: condAdapter{dim: m.Config.BNDim, points: m.Config.Runtime.VCChunkFrames}}
 	if s.dit.err != nil {
 		err := s.dit.err
 		s.Close()
@@ -335,7 +345,7 @@ func (s *Stream) Latency() int { return s.m.Latency() }
 func (m *Model) Latency() int {
 	a, rt := m.ASR.Config, m.Config.Runtime
 	hop := fbankShift(a)
-	r := rt.VCChunkFrames / conformer.OutFrames(a.Stream.Window)
+	r := rt.VCChunkFrames / (a.WindowsPerChunk() * conformer.OutFrames(a.Stream.Window)) // condition frames per BN frame
 	return a.Stream.SamplesCacheLen + a.Stream.FbankCacheFrames*hop + (r-1)*hop
 }
 
@@ -410,8 +420,8 @@ func (s *Stream) Reset() {
 	s.dit.Seed(s.seed)
 	s.voc.Reset()
 	s.cond.Flush()
-	s.hasPrev, s.steps, s.err = false, 0, nil
-	s.pending = s.pending[:0]
+	s.adapter.hasPrev, s.adapter.span = false, 0
+	s.steps, s.chunkSteps, s.err = 0, 0, nil
 }
 
 // Close frees the stream's caches and programs.
@@ -464,74 +474,96 @@ func (s *Stream) SessionBytes() (int64, error) {
 	host += 3 * c.Window() * c.MelDim                                        // noise, carry, x
 	vf := rt.VocoderOverlap + c.ChunkSize                                    // vocoder window frames
 	host += 3*vf*c.MelDim + 2*vf*s.m.Vocoder.Config.Hop + 4*s.m.Vocoder.Dims.NFFT
-	host += cap(s.pending)
 	return n + int64(host)*4, nil
 }
 
-// Process consumes exactly ChunkSize samples and appends the audio that is now final to out
-// (none, one or more DiT steps' worth: 0, 1600, 1920 or 3840 samples for the 120 ms model).
+// Process consumes exactly ChunkSize samples as one reference chunk and appends the audio
+// that is now final to out (none, one or more DiT steps' worth: 0, 1600, 1920 or 3840
+// samples for the 120 ms model, 1600 then 2560 for the 40 ms one).
 func (s *Stream) Process(out, in []float32) ([]float32, error) {
 	if len(in) != s.ChunkSize() {
 		return out, fmt.Errorf("meanvc2: process: %d samples, want a chunk of %d", len(in), s.ChunkSize())
 	}
-	if len(s.pending) > 0 {
-		return out, fmt.Errorf("meanvc2: process: %d samples buffered by Write; keep writing", len(s.pending))
+	if n := s.fe.Pending(); n > 0 {
+		return out, fmt.Errorf("meanvc2: process: %d samples buffered by Write; keep writing", n)
 	}
 	return s.chunk(out, in)
 }
 
-// Write takes any number of samples, runs every chunk they complete and appends the audio
-// now final; the output does not depend on how the input is cut.
+// Write takes any number of samples and appends the audio now final. It is the live path:
+// each ASR window runs as soon as the samples under it have arrived, each condition frame
+// as soon as its BN frames exist, each DiT step as soon as its window of condition frames
+// is queued, and the vocoder's output for a step is appended at once — up to 110 ms before
+// the chunk that holds them is complete. The audio is the same, sample for sample, as
+// Process gives for the same chunks, however the input is cut.
 func (s *Stream) Write(out, in []float32) ([]float32, error) {
-	n := s.ChunkSize()
-	for len(in) > 0 {
-		if len(s.pending) == 0 && len(in) >= n {
-			// A whole chunk straight from the caller's slice.
-			var err error
-			if out, err = s.chunk(out, in[:n]); err != nil {
-				return out, err
-			}
-			in = in[n:]
-			continue
-		}
-		k := min(len(in), n-len(s.pending))
-		s.pending = append(s.pending, in[:k]...)
-		in = in[k:]
-		if len(s.pending) == n {
-			var err error
-			out, err = s.chunk(out, s.pending)
-			s.pending = s.pending[:0]
-			if err != nil {
-				return out, err
-			}
-		}
-	}
-	return out, nil
-}
-
-// Flush ends the input: a partial chunk buffered by Write runs as the reference's last short
-// chunk, the queued condition frames are converted with the reference's flush padding, and
-// the vocoder's held-back tail is appended. The stream is then Reset for a new input.
-func (s *Stream) Flush(out []float32) ([]float32, error) {
-	defer s.Reset()
-	if len(s.pending) > 0 {
-		var err error
-		out, err = s.chunk(out, s.pending)
-		s.pending = s.pending[:0]
-		if err != nil {
-			return out, err
-		}
-	}
 	if s.err != nil {
 		return out, s.err
 	}
-	for _, cond := range s.cond.Flush() {
-		var err error
-		if out, err = s.step(out, cond); err != nil {
-			return out, err
+	if err := checkFinite(in); err != nil {
+		return out, err
+	}
+	s.out = out
+	defer func() { s.out = nil }()
+	s.writeSteps = 0
+	if err := s.runSteps(); err != nil { // a step an earlier call left for this one
+		return s.out, err
+	}
+	n := s.ChunkSize()
+	for len(in) > 0 {
+		if s.fe.Pending() == 0 {
+			s.beginChunk(s.fe.WindowsIn(n))
+		}
+		k := min(len(in), n-s.fe.Pending())
+		err := s.fe.Push(in[:k], s.window)
+		in = in[k:]
+		if err == nil && s.fe.Pending() == 0 {
+			err = s.endChunk()
+		}
+		if err != nil {
+			return s.out, s.fail(err)
 		}
 	}
-	return append(out, s.voc.Flush()...), nil
+	return s.out, nil
+}
+
+// SpreadSteps makes each Write call run at most one DiT step, leaving the others a window
+// made ready for the next calls: the 120 ms model's two steps every third chunk, and the
+// 40 ms model's two after a chunk's second window, land on consecutive 20 ms pieces instead
+// of one, so a live stream's slowest piece costs one step, not two. The audio is the same;
+// only when it is computed changes (LiveDelay accounts for it). Flush runs whatever is left.
+// Reset keeps the setting.
+func (s *Stream) SpreadSteps(on bool) { s.spread = on }
+
+// Flush ends the input: a partial chunk Write began is closed (its windows have run; if it
+// has fewer than a whole chunk, its last BN frame stands in for the missing ones — where
+// the reference, which sees the short chunk at once, stretches its frames instead), the
+// queued condition frames are converted with the reference's flush padding, and the
+// vocoder's held-back tail is appended. The stream is then Reset for a new input.
+func (s *Stream) Flush(out []float32) ([]float32, error) {
+	defer s.Reset()
+	if s.err != nil {
+		return out, s.err
+	}
+	s.out = out
+	spread := s.spread
+	s.spread = false // the end of the input: every step now
+	defer func() { s.out, s.spread = nil, spread }()
+	if s.fe.Pending() > 0 {
+		err := s.fe.Flush(s.window)
+		if err == nil {
+			err = s.endChunk()
+		}
+		if err != nil {
+			return s.out, s.fail(err)
+		}
+	}
+	for _, cond := range s.cond.Flush() {
+		if err := s.step(cond); err != nil {
+			return s.out, err
+		}
+	}
+	return append(s.out, s.voc.Flush()...), nil
 }
 
 // chunk is run_rt's process_chunk on one chunk of input (a full one, or the last short one).
@@ -539,47 +571,101 @@ func (s *Stream) chunk(out, in []float32) ([]float32, error) {
 	if s.err != nil {
 		return out, s.err
 	}
+	if err := checkFinite(in); err != nil {
+		return out, err
+	}
+	s.out = out
+	defer func() { s.out = nil }()
+	s.beginChunk(s.fe.WindowsIn(len(in)))
+	_, err := s.fe.Chunk(in, s.window)
+	if err == nil {
+		err = s.endChunk()
+	}
+	if err != nil {
+		return s.out, s.fail(err)
+	}
+	return s.out, nil
+}
+
+func checkFinite(in []float32) error {
 	for _, v := range in {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			// One bad sample would poison every cache for the rest of the stream.
-			return out, errors.New("meanvc2: input holds NaN or Inf samples")
+			return errors.New("meanvc2: input holds NaN or Inf samples")
 		}
 	}
-	c := s.m.Config
-	_, err := s.fe.Chunk(in, func(window []float32, offset int) error {
-		s.m.exec.Lock()
-		bn, err := s.asr.Forward(window, offset)
-		s.m.exec.Unlock()
-		if err != nil {
-			return err
-		}
-		var prev []float32
-		if s.hasPrev {
-			prev = s.prevBN
-		}
-		s.cond.Push(UpsampleBN(prev, bn, c.BNDim, c.Runtime.VCChunkFrames))
-		copy(s.prevBN, bn[len(bn)-c.BNDim:])
-		s.hasPrev = true
-		return nil
-	})
-	if err != nil {
-		s.err = fmt.Errorf("meanvc2: content encoder: %w", err)
-		return out, s.err
-	}
-	for n := 0; n < max(c.Runtime.MaxDiTStepsPerChunk, 1); n++ {
-		cond, ok := s.cond.Next()
-		if !ok {
-			break
-		}
-		if out, err = s.step(out, cond); err != nil {
-			return out, err
-		}
-	}
-	return out, nil
+	return nil
 }
 
-// step runs one DiT step on cond [Window, BNDim] and the vocoder on its mel frames.
-func (s *Stream) step(out, cond []float32) ([]float32, error) {
+// fail records a content-encoder error (a step's error is recorded by step).
+func (s *Stream) fail(err error) error {
+	if s.err == nil {
+		s.err = fmt.Errorf("meanvc2: content encoder: %w", err)
+	}
+	return s.err
+}
+
+// beginChunk opens an input chunk that will run windows ASR windows.
+func (s *Stream) beginChunk(windows int) {
+	s.adapter.begin(windows * s.bnPerWin)
+	s.chunkSteps, s.chunkWindows = 0, 0
+}
+
+// window is the front end's EmitFunc: one ASR window, its condition frames, and the DiT
+// steps they complete.
+func (s *Stream) window(frames []float32, offset int) error {
+	var bn []float32
+	var err error
+	if s.dry {
+		bn = make([]float32, s.bnPerWin*s.m.Config.BNDim)
+	} else {
+		s.m.exec.Lock()
+		bn, err = s.asr.Forward(frames, offset)
+		s.m.exec.Unlock()
+	}
+	if err != nil {
+		return err
+	}
+	s.chunkWindows++
+	s.cond.Push(s.adapter.add(nil, bn))
+	return s.runSteps()
+}
+
+// endChunk closes the chunk: its last condition frames, and the steps they complete. A
+// chunk with no window runs no step, as in the reference.
+func (s *Stream) endChunk() error {
+	s.cond.Push(s.adapter.end(nil))
+	if s.chunkWindows == 0 {
+		return nil
+	}
+	return s.runSteps()
+}
+
+// runSteps runs the DiT steps the queued condition frames allow, at most
+// MaxDiTStepsPerChunk per input chunk as run_rt's loop does.
+func (s *Stream) runSteps() error {
+	for s.chunkSteps < max(s.m.Config.Runtime.MaxDiTStepsPerChunk, 1) && !(s.spread && s.writeSteps > 0) {
+		cond, ok := s.cond.Next()
+		if !ok {
+			return nil
+		}
+		s.chunkSteps++
+		s.writeSteps++
+		if err := s.step(cond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step runs one DiT step on cond [Window, BNDim] and the vocoder on its mel frames, and
+// appends the audio to s.out.
+func (s *Stream) step(cond []float32) error {
+	if s.dry {
+		s.steps++
+		s.out = append(s.out, make([]float32, s.dryEmit())...)
+		return nil
+	}
 	var raw []float32
 	if s.noise != nil {
 		raw = s.noise(s.steps)
@@ -589,13 +675,14 @@ func (s *Stream) step(out, cond []float32) ([]float32, error) {
 	mel, err := s.dit.Step(cond, s.target, raw)
 	if err != nil {
 		s.err = fmt.Errorf("meanvc2: DiT step %d: %w", s.steps, err)
-		return out, s.err
+		return s.err
 	}
 	s.steps++
 	wav, err := s.voc.Push(mel)
 	if err != nil {
 		s.err = fmt.Errorf("meanvc2: vocoder step %d: %w", s.steps-1, err)
-		return out, s.err
+		return s.err
 	}
-	return append(out, wav...), nil
+	s.out = append(s.out, wav...)
+	return nil
 }

@@ -17,7 +17,13 @@ import (
 // ASR window).
 func golden(t *testing.T) (*Model, Timbre, []float32) {
 	t.Helper()
-	r := paritytest.Open(t, Family)
+	return goldenVariant(t, Family)
+}
+
+// goldenVariant is golden for one golden folder: meanvc2 (the 120 ms model) or meanvc2_40ms.
+func goldenVariant(t *testing.T, folder string) (*Model, Timbre, []float32) {
+	t.Helper()
+	r := paritytest.Open(t, folder)
 	m, err := Load(r.ModelPath(), cpu(t))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +108,16 @@ func sameSamples(t *testing.T, what string, got, want []float32) {
 // The output does not depend on how the input is cut: 20 ms pieces, odd sizes, single
 // samples at the start and one large write give the 160 ms chunks' output bit for bit.
 func TestWriteAnyPieces(t *testing.T) {
-	m, target, src := golden(t)
+	for _, folder := range variants {
+		t.Run(folder, func(t *testing.T) { testWriteAnyPieces(t, folder) })
+	}
+}
+
+// variants are the golden folders of the two published models.
+var variants = []string{Family, Family + "_40ms"}
+
+func testWriteAnyPieces(t *testing.T, folder string) {
+	m, target, src := goldenVariant(t, folder)
 	s := newStream(t, m, target)
 	want := byChunks(t, s, src)
 	if len(want) == 0 {
@@ -116,8 +131,11 @@ func TestWriteAnyPieces(t *testing.T) {
 		{"odd", []int{1, 777, 3001, 13, 2559, 2561}},
 		{"primes", []int{127, 1021}},
 		{"whole", []int{len(src)}},
+		{"20ms spread", []int{320}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			s.SpreadSteps(strings.HasSuffix(tc.name, "spread"))
+			defer s.SpreadSteps(false)
 			sameSamples(t, tc.name, byPieces(t, s, src, tc.sizes...), want)
 		})
 	}
@@ -320,7 +338,19 @@ func TestLatency(t *testing.T) {
 
 // The output falls behind the input by at most OutputSlack samples, and reaches it.
 func TestOutputSlack(t *testing.T) {
-	m, target, src := golden(t)
+	for _, tc := range []struct {
+		folder string
+		want   int
+	}{{Family, 2240}, {Family + "_40ms", 960}} {
+		t.Run(tc.folder, func(t *testing.T) { testOutputSlack(t, tc.folder, tc.want) })
+	}
+}
+
+func testOutputSlack(t *testing.T, folder string, wantSlack int) {
+	m, target, src := goldenVariant(t, folder)
+	if got := m.Latency(); got != 1680 {
+		t.Errorf("Latency %d, want 1680 (both models align the same way)", got)
+	}
 	s := newStream(t, m, target)
 	var out []float32
 	var err error
@@ -332,8 +362,8 @@ func TestOutputSlack(t *testing.T) {
 		}
 		slack = max(slack, i+n-len(out))
 	}
-	if want := m.OutputSlack(); slack != want || want != 2240 {
-		t.Errorf("measured slack %d, OutputSlack %d (want 2240 for the 120 ms model)", slack, want)
+	if want := m.OutputSlack(); slack != want || want != wantSlack {
+		t.Errorf("measured slack %d, OutputSlack %d (want %d)", slack, want, wantSlack)
 	}
 }
 
@@ -459,5 +489,75 @@ func TestStreamsConcurrent(t *testing.T) {
 			t.Fatal(errs[i])
 		}
 		sameSamples(t, "concurrent stream", got[i], want[i])
+	}
+}
+
+// The live path's schedule: the dry stream LiveDelay runs gives, piece by piece, exactly as
+// many samples as the real stream (with and without SpreadSteps); Write runs windows and
+// steps before their chunk is complete; and LiveDelay is what the schedule needs (the 40 ms
+// model's steady state: a step's audio 100 ms after the piece that completes it began).
+// Spreading the steps is free for the 120 ms model and costs the 40 ms one a piece, so
+// LiveSchedule spreads only the first.
+func TestLiveDelay(t *testing.T) {
+	for _, tc := range []struct {
+		folder        string
+		delay, spread int // at 20 ms pieces
+	}{{Family, 4160, 4160}, {Family + "_40ms", 1600, 1920}} {
+		t.Run(tc.folder, func(t *testing.T) {
+			m, target, src := goldenVariant(t, tc.folder)
+			// Output after i whole chunks through Process.
+			ref := newStream(t, m, target)
+			after := []int{0}
+			var whole []float32
+			var err error
+			for k := 0; k+ref.ChunkSize() <= len(src); k += ref.ChunkSize() {
+				if whole, err = ref.Process(whole, src[k:k+ref.ChunkSize()]); err != nil {
+					t.Fatal(err)
+				}
+				after = append(after, len(whole))
+			}
+			const piece = 320
+			for _, spread := range []bool{false, true} {
+				s := newStream(t, m, target)
+				s.SpreadSteps(spread)
+				dry, err := m.dryStream()
+				if err != nil {
+					t.Fatal(err)
+				}
+				dry.spread = spread
+				var out, dout []float32
+				early := false
+				for k := 0; k+piece <= len(src); k += piece {
+					if out, err = s.Write(out, src[k:k+piece]); err != nil {
+						t.Fatal(err)
+					}
+					if dout, err = dry.Write(dout, src[k:k+piece]); err != nil {
+						t.Fatal(err)
+					}
+					if len(dout) != len(out) {
+						t.Fatalf("spread %v, after %d samples: the dry stream gave %d, the real one %d", spread, k+piece, len(dout), len(out))
+					}
+					// Output beyond what the whole chunks before this one give: it ran early.
+					if i := (k + piece) / s.ChunkSize(); i < len(after) {
+						early = early || len(out) > after[i]
+					}
+				}
+				if !early {
+					t.Errorf("spread %v: Write never gave output before its chunk was complete", spread)
+				}
+			}
+			if got := m.LiveDelay(piece, false); got != tc.delay {
+				t.Errorf("LiveDelay(%d) = %d, want %d", piece, got, tc.delay)
+			}
+			if got := m.LiveDelay(piece, true); got != tc.spread {
+				t.Errorf("LiveDelay(%d, spread) = %d, want %d", piece, got, tc.spread)
+			}
+			if d, spread := m.LiveSchedule(piece); d != tc.delay || spread != (tc.spread == tc.delay) {
+				t.Errorf("LiveSchedule(%d) = %d, %v", piece, d, spread)
+			}
+			if got := m.LiveDelay(m.Config.Runtime.ChunkSamples, false); got != m.OutputSlack() {
+				t.Errorf("LiveDelay(a chunk) = %d, OutputSlack %d: feeding whole chunks is Process's schedule", got, m.OutputSlack())
+			}
+		})
 	}
 }
