@@ -240,6 +240,13 @@ func (l *Live) Push(in []float32, at time.Time) bool {
 
 func (l *Live) noteStep(d time.Duration) {
 	l.recent[(l.stepN.Add(1)-1)%uint64(len(l.recent))].Store(int64(d)) // slots fill from 0
+	var slowest time.Duration
+	for i := range l.recent {
+		slowest = max(slowest, time.Duration(l.recent[i].Load()))
+	}
+	l.sess.mu.Lock()
+	l.sess.slowStep = int(slowest.Seconds() * float64(l.sess.cfg.IORate))
+	l.sess.mu.Unlock()
 }
 
 // Settle waits for the step that Push started when the session's chunks typically (the

@@ -13,8 +13,9 @@ import (
 type Config struct {
 	// IORate is the sample rate of the audio pushed in and pulled out (48 kHz for WebRTC).
 	IORate int
-	// MaxQueue bounds the processed audio waiting to be pulled, beyond one processor chunk;
-	// older audio is dropped with a crossfade (default 100 ms).
+	// MaxQueue bounds the processed audio waiting to be pulled, beyond one processor chunk
+	// (and, in a Live session, beyond the longest recent step: the work queued behind a slow
+	// step lands at once); older audio is dropped with a crossfade (default 100 ms).
 	MaxQueue time.Duration
 	// Crossfade is the length of the crossfades at drops and processor swaps (default 5 ms).
 	Crossfade time.Duration
@@ -27,7 +28,7 @@ type Stats struct {
 	LateChunks    int           // chunks whose compute took longer than their duration
 	DroppedChunks int           // stale-audio drops
 	Dropped       time.Duration // audio discarded by drops
-	Underflows    int           // pulls that found too little audio (after output began)
+	Underflows    int           // pulls that found too little audio while input waited to be processed (after output began)
 	Resample      time.Duration // total compute time in the resamplers
 	Process       time.Duration // total compute time in the processor
 	Produced      time.Duration // processed audio produced
@@ -36,6 +37,12 @@ type Stats struct {
 	// Latency is the most recent measured latency: from the time the input of the first
 	// pulled sample was pushed to the time it was pulled.
 	Latency time.Duration
+	// OutputBuffer is the output cushion the session holds beyond what each pull takes: the
+	// least seen over the last trim window. It grows when a slow step makes a pull run
+	// short (the audio behind it plays that much later) and is trimmed back when no pull
+	// needed it for a whole window, so it holds what the steps' timing requires.
+	OutputBuffer time.Duration
+	Trimmed      time.Duration // output dropped to shrink the cushion, in all
 }
 
 // mark ties an input sample index to the time it was pushed.
@@ -80,14 +87,29 @@ type Session struct {
 	out       *buffers.FIFO
 
 	pushed   int64 // input samples pushed (IORate)
+	taken    int64 // of those, processed (or dropped) — their output is queued
 	produced int64 // output samples appended to out (IORate), including later-dropped ones
 	shifts   []shift
 	marks    [512]mark
 	markN    int
 	started  bool // output has begun (underflows count from here)
+	cushion  cushion
+	// slowStep is the longest recent step of a Live session, in IO samples: after such a
+	// step the work that queued behind it lands at once, and that is not stale audio.
+	slowStep int
 
 	stats Stats
 }
+
+// cushion tracks the output queued ahead of each pull, to give back what no pull needed.
+type cushion struct {
+	least  int // least queued beyond a pull in this window (-1: no pull yet)
+	pulled int // IO samples pulled in this window
+}
+
+// trimWindow is how long the output cushion must go unused before it is trimmed: long
+// enough that a step pattern that needs it (a model's bursts, every 80–160 ms) always shows.
+const trimWindow = 3 * time.Second
 
 // NewSession builds a session around proc, registered under name.
 func NewSession(cfg Config, name string, proc Processor) (*Session, error) {
@@ -100,7 +122,8 @@ func NewSession(cfg Config, name string, proc Processor) (*Session, error) {
 	if cfg.Crossfade <= 0 {
 		cfg.Crossfade = 5 * time.Millisecond
 	}
-	s := &Session{cfg: cfg, out: buffers.NewFIFO(cfg.IORate), xfade: int(cfg.Crossfade.Seconds() * float64(cfg.IORate))}
+	s := &Session{cfg: cfg, out: buffers.NewFIFO(cfg.IORate), xfade: int(cfg.Crossfade.Seconds() * float64(cfg.IORate)),
+		cushion: cushion{least: -1}}
 	if err := s.install(name, proc); err != nil {
 		return nil, err
 	}
@@ -214,12 +237,18 @@ func (s *Session) skipInput(n int) {
 	s.mu.Lock()
 	last := s.shifts[len(s.shifts)-1]
 	s.shifts = append(s.shifts, shift{s.produced, last.delta + int64(n)})
+	s.taken += int64(n)
 	s.mu.Unlock()
 }
 
 // process resamples noted input and runs every chunk that is complete; it returns how many
 // ran.
 func (s *Session) process(in []float32) (int, error) {
+	defer func() { // its output is queued now (or never will be)
+		s.mu.Lock()
+		s.taken += int64(len(in))
+		s.mu.Unlock()
+	}()
 	src := in
 	if s.up != nil {
 		t0 := time.Now()
@@ -312,7 +341,7 @@ func (s *Session) emit(out []float32) {
 	s.produced += int64(len(out))
 	s.stats.Produced += s.samplesToDuration(len(out))
 	chunkIO := s.info.ChunkSize * s.cfg.IORate / s.info.SampleRate
-	limit := chunkIO + int(s.cfg.MaxQueue.Seconds()*float64(s.cfg.IORate))
+	limit := chunkIO + int(s.cfg.MaxQueue.Seconds()*float64(s.cfg.IORate)) + s.slowStep
 	if excess := s.out.Len() - chunkIO; s.out.Len() > limit {
 		n := s.out.DiscardCrossfade(excess, s.xfade)
 		s.stats.DroppedChunks++
@@ -325,6 +354,7 @@ func (s *Session) emit(out []float32) {
 func (s *Session) Pull(dst []float32, now time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.trim(len(dst))
 	head := s.produced - int64(s.out.Len())
 	n := s.out.Read(dst)
 	clear(dst[n:])
@@ -334,10 +364,36 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 			s.stats.Latency = now.Sub(at)
 		}
 	}
-	if n < len(dst) && s.started {
-		s.stats.Underflows++
+	if n < len(dst) && s.started && s.taken < s.pushed {
+		s.stats.Underflows++ // input waits that would have filled it: its output came late
 	}
 	return n
+}
+
+// trim notes how much output waits beyond a pull of n samples and, once a whole window of
+// pulls found more than they needed, drops the surplus (leaving a quarter pull of guard)
+// with a crossfade. Dropping from the queue's head keeps the sample accounting exact: the
+// audio that plays next is later audio, so the measured latency falls by what was dropped.
+func (s *Session) trim(n int) {
+	c := &s.cushion
+	ahead := s.out.Len() - n
+	if !s.started || n <= 0 {
+		return
+	}
+	if c.least < 0 || ahead < c.least {
+		c.least = max(ahead, 0)
+	}
+	c.pulled += n
+	if c.pulled < int(trimWindow.Seconds()*float64(s.cfg.IORate)) {
+		return
+	}
+	s.stats.OutputBuffer = s.samplesToDuration(c.least)
+	if surplus := c.least - n/4; surplus >= n/2 {
+		dropped := s.out.DiscardCrossfade(surplus, s.xfade)
+		s.stats.Trimmed += s.samplesToDuration(dropped)
+		s.stats.OutputBuffer = s.samplesToDuration(c.least - dropped)
+	}
+	c.least, c.pulled = -1, 0
 }
 
 // NoteQueueAge records how long ago the input of the oldest queued output sample arrived.

@@ -233,3 +233,87 @@ func TestRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A pull that runs short (a slow step) makes the audio behind it play a pull later; once
+// no pull has needed that cushion for a trim window, the session drops it again, and the
+// measured latency comes back to the processor's. A cushion that every pull uses is kept.
+func TestSessionTrimsAnUnusedCushion(t *testing.T) {
+	const rate = 48000
+	block := rate / 50
+	s, err := NewSession(Config{IORate: rate, MaxQueue: time.Second}, "delay", NewDelay(rate, block, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]float32, block)
+	t0 := time.Unix(0, 0)
+	x := sine(block, rate, 440)
+	k := 0
+	tick := func(push bool) time.Duration {
+		at := t0.Add(time.Duration(k) * time.Second / 50)
+		k++
+		if push {
+			if err := s.Push(x, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.Pull(buf, at.Add(time.Second/50))
+		return s.Stats().Latency
+	}
+	for range 50 {
+		tick(true)
+	}
+	base := s.Stats().Latency
+	// One tick whose step is late: its input came but its pull finds nothing; the step then
+	// lands with the next tick's.
+	s.note(len(x), t0.Add(time.Duration(k)*time.Second/50))
+	tick(false)
+	if _, err := s.process(x); err != nil {
+		t.Fatal(err)
+	}
+	late := tick(true)
+	if late-base < 15*time.Millisecond {
+		t.Fatalf("after a short pull the latency went from %v to %v; want a pull more", base, late)
+	}
+	if st := s.Stats(); st.Underflows != 1 {
+		t.Fatalf("%d underflows, want 1", st.Underflows)
+	}
+	for range 400 { // 8 s: more than two trim windows without needing the cushion
+		tick(true)
+	}
+	st := s.Stats()
+	if st.Trimmed < 15*time.Millisecond || st.Latency-base > 6*time.Millisecond {
+		t.Errorf("cushion not given back: trimmed %v, latency %v (was %v before the short pull)", st.Trimmed, st.Latency, base)
+	}
+	if st.OutputBuffer > 6*time.Millisecond {
+		t.Errorf("output buffer %v after the trim", st.OutputBuffer)
+	}
+
+	// Two blocks per pull every other tick (a bursty processor): the cushion is used at
+	// every second pull, so it stays.
+	trimmed := st.Trimmed
+	for i := range 400 {
+		if i%2 == 0 {
+			at := t0.Add(time.Duration(k) * time.Second / 50)
+			for range 2 {
+				if err := s.Push(x, at); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		at := t0.Add(time.Duration(k) * time.Second / 50)
+		k++
+		s.Pull(buf, at.Add(time.Second/50))
+	}
+	if st := s.Stats(); st.Trimmed != trimmed {
+		t.Errorf("a cushion every other pull used was trimmed (%v more)", st.Trimmed-trimmed)
+	}
+	// The input stops: pulls find nothing, but nothing was late.
+	under := s.Stats().Underflows
+	for range 10 {
+		s.Pull(buf, t0.Add(time.Duration(k)*time.Second/50))
+		k++
+	}
+	if st := s.Stats(); st.Underflows != under {
+		t.Errorf("%d underflows counted after the input stopped", st.Underflows-under)
+	}
+}

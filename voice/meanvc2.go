@@ -9,13 +9,18 @@ import (
 	"github.com/voxpipe/voxpipe/stream"
 )
 
-// MeanVC2Processor makes a MeanVC2 stream into the target voice t a stream.Processor.
+// MeanVC2Processor makes a MeanVC2 stream into the target voice t a stream.Processor for
+// the live path: it takes 20 ms pieces, the length of an Opus frame, and runs the model
+// through Stream.Write, so each ASR window, DiT step and vocoder output happens as soon as
+// its input exists rather than once per 160 ms chunk.
 //
-// A meanvc2.Stream emits its output in bursts (0, 1600, 1920 or 3840 samples per 2560-sample
-// chunk for the 120 ms model), while a Processor must give back exactly what it took. The
-// adapter keeps a FIFO primed with Model.OutputSlack samples of silence — the most the
-// stream ever falls behind — so every Process call can hand out one whole chunk; the price is
-// that much more latency, which Info reports.
+// The stream emits in bursts (a DiT step's worth at a time), while a Processor gives back
+// exactly what it took. The adapter keeps a FIFO primed with Model.LiveSchedule's samples of
+// silence — what the model's schedule needs buffered, computed from that schedule — so every
+// call can hand out a whole piece; Info reports the latency as the model's alignment
+// (Stream.Latency) plus that priming, so every output sample stays mapped to its input
+// sample. The slower first chunk's output is partly given up (see take) rather than
+// delaying the whole stream for it.
 func MeanVC2Processor(m *meanvc2.Model, t meanvc2.Timbre) (stream.Processor, error) {
 	if m == nil {
 		return nil, errors.New("meanvc2 processor: no model")
@@ -24,15 +29,52 @@ func MeanVC2Processor(m *meanvc2.Model, t meanvc2.Timbre) (stream.Processor, err
 	if err != nil {
 		return nil, err
 	}
-	p := &meanvc2Proc{s: s, prime: m.OutputSlack()}
+	info, spread := meanVC2Live(m)
+	s.SpreadSteps(spread) // one DiT step per piece where that costs no latency
+	p := &meanvc2Proc{s: s, info: info, prime: info.Latency - m.Latency()}
+	piece := info.ChunkSize
+	p.fifo = make([]float32, p.prime, p.prime+2*s.ChunkSize()) // room for the largest burst
+	p.clean = make([]float32, piece)
+	return p, nil
+}
+
+// MeanVC2Info is the ProcessorInfo of m's live processors (whatever their target voice):
+// 20 ms pieces at the model's rate, and latency the model's alignment plus the playout delay
+// of its live schedule.
+func MeanVC2Info(m *meanvc2.Model) stream.ProcessorInfo {
+	info, _ := meanVC2Live(m)
+	return info
+}
+
+func meanVC2Live(m *meanvc2.Model) (stream.ProcessorInfo, bool) {
+	rate := m.Config.Runtime.SampleRate
+	piece := rate / 50
+	prime, spread := m.LiveSchedule(piece)
+	return stream.ProcessorInfo{SampleRate: rate, ChunkSize: piece, Latency: m.Latency() + prime}, spread
+}
+
+// MeanVC2Reference is MeanVC2Processor on the reference path, for offline conversion: whole
+// 160 ms chunks go through Stream.Process as the reference implementation runs them (its
+// handling of a last short chunk included), with a FIFO primed with Model.OutputSlack — the
+// most that path's output falls behind, the first chunk included, so nothing is given up.
+func MeanVC2Reference(m *meanvc2.Model, t meanvc2.Timbre) (stream.Processor, error) {
+	if m == nil {
+		return nil, errors.New("meanvc2 processor: no model")
+	}
+	s, err := m.NewStream(t)
+	if err != nil {
+		return nil, err
+	}
+	p := &meanvc2Proc{s: s, whole: true, prime: m.OutputSlack()}
 	p.info = stream.ProcessorInfo{SampleRate: s.SampleRate(), ChunkSize: s.ChunkSize(), Latency: s.Latency() + p.prime}
-	p.fifo = make([]float32, p.prime, p.prime+3*s.ChunkSize()) // room for the largest burst
+	p.fifo = make([]float32, p.prime, p.prime+4*s.ChunkSize()) // room for the largest burst
 	p.clean = make([]float32, s.ChunkSize())
 	return p, nil
 }
 
 type meanvc2Proc struct {
 	s     *meanvc2.Stream
+	whole bool // reference path: whole chunks through Process
 	info  stream.ProcessorInfo
 	prime int
 	fifo  []float32 // converted audio not handed out yet (starts with prime zeros)
@@ -42,7 +84,7 @@ type meanvc2Proc struct {
 
 func (p *meanvc2Proc) Info() stream.ProcessorInfo { return p.info }
 
-// Process converts one chunk and appends exactly ChunkSize samples.
+// Process converts one piece and appends exactly ChunkSize samples.
 func (p *meanvc2Proc) Process(out, in []float32) ([]float32, error) {
 	if len(in) != p.info.ChunkSize {
 		return out, fmt.Errorf("meanvc2 processor: %d samples, want a chunk of %d", len(in), p.info.ChunkSize)
@@ -50,7 +92,12 @@ func (p *meanvc2Proc) Process(out, in []float32) ([]float32, error) {
 	in = p.finite(in)
 	n := len(p.fifo)
 	var err error
-	if p.fifo, err = p.s.Process(p.fifo, in); err != nil {
+	if p.whole {
+		p.fifo, err = p.s.Process(p.fifo, in)
+	} else {
+		p.fifo, err = p.s.Write(p.fifo, in)
+	}
+	if err != nil {
 		return out, err
 	}
 	p.payDebt(n)
@@ -86,8 +133,9 @@ func (p *meanvc2Proc) payDebt(n int) {
 }
 
 // take moves up to n samples from the FIFO to out, padding with silence (owed to the FIFO)
-// if it holds fewer. With the priming that never happens; the padding only keeps the
-// Processor contract should a model schedule differ from OutputSlack's account.
+// if it holds fewer. With the priming that happens only in the first chunk, whose output
+// comes later than the steady schedule's: the samples that missed their turn are dropped
+// when they come (payDebt), keeping the output aligned.
 func (p *meanvc2Proc) take(out []float32, n int) []float32 {
 	k := min(n, len(p.fifo))
 	out = append(out, p.fifo[:k]...)

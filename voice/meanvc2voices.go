@@ -46,9 +46,19 @@ func LoadMeanVC2(path string, threads int, cacheDir string) (*meanvc2.Model, fun
 // give the voice, and the speaker path's time grows with the clip.
 const maxRefSeconds = 20
 
-// MeanVC2FromClip makes a MeanVC2 processor into the voice of a reference clip (its first
-// maxRefSeconds).
+// MeanVC2FromClip makes a live MeanVC2 processor (MeanVC2Processor) into the voice of a
+// reference clip (its first maxRefSeconds).
 func MeanVC2FromClip(m *meanvc2.Model, clip []float32, rate int) (stream.Processor, error) {
+	return fromClip(m, clip, rate, MeanVC2Processor)
+}
+
+// MeanVC2ReferenceFromClip is MeanVC2FromClip on the reference path (MeanVC2Reference), for
+// offline conversion.
+func MeanVC2ReferenceFromClip(m *meanvc2.Model, clip []float32, rate int) (stream.Processor, error) {
+	return fromClip(m, clip, rate, MeanVC2Reference)
+}
+
+func fromClip(m *meanvc2.Model, clip []float32, rate int, make func(*meanvc2.Model, meanvc2.Timbre) (stream.Processor, error)) (stream.Processor, error) {
 	if n := maxRefSeconds * rate; rate > 0 && len(clip) > n {
 		clip = clip[:n]
 	}
@@ -56,7 +66,7 @@ func MeanVC2FromClip(m *meanvc2.Model, clip []float32, rate int) (stream.Process
 	if err != nil {
 		return nil, err
 	}
-	return MeanVC2Processor(m, target)
+	return make(m, target)
 }
 
 // MeanVC2Voices makes MeanVC2 processors whose target voice is a reference clip: a voice

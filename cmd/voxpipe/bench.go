@@ -34,7 +34,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || benches[args[0]] == nil {
 		fmt.Fprintln(stderr, `Usage: voxpipe bench NAME [flags] [--json]
 
-  loopback  real WebRTC sessions over loopback: latency p50/p95, CPU per session, late/dropped audio
+  loopback  real WebRTC sessions over loopback: latency p50/p95 and its parts, CPU per session, RTF, late frames, dropped audio
   planner   memory plan of a model-shaped graph: arena vs naive bytes, persistent bytes
   gemm      our matmul against OpenBLAS called directly, GFLOP/s at model shapes
   gemv      one decode-step Linear (1×1024×3072) with F32, F16, Q8_0 (and Q8_0R8) weights: µs and GB/s
@@ -42,7 +42,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
   tts-load  N concurrent TTS WebSocket sessions against a server: time to first audio p50/p95, rejected, late chunks, CPU
   soak      WebRTC sessions and TTS streams joining and leaving for --minutes: server RSS, heap, goroutines, fds flat
   miotts    MioTTS + MioCodec: prefill, decode tokens/s, speaker embedding, codec RTF, time to first audio, peak RSS
-  meanvc2   MeanVC2 streaming RTF and chunk p90, speaker embedding time and memory, WavLM arena, per-session memory, peak RSS, --sessions N`)
+  meanvc2   MeanVC2 (either variant): rtf_total, chunk p50/p90, live-path latency, speaker embedding time and memory, WavLM arena, per-session memory, peak RSS, --sessions N`)
 		return errors.New("unknown or missing benchmark")
 	}
 	return benches[args[0]](args[1:], stdout, stderr)
@@ -75,8 +75,10 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Fprintf(stdout, "loopback %s ×%d for %.0f s: latency p50 %.1f ms, p95 %.1f ms; CPU %.2f%% per session; late chunks %d of %d; dropped %.0f ms; clicks found %d/%d\n",
-		res.Voice, res.Sessions, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateChunks, res.Chunks, res.DroppedMs, res.ClicksFound, res.ClicksSent)
+	fmt.Fprintf(stdout, "loopback %s ×%d for %.0f s: latency p50 %.1f ms, p95 %.1f ms; CPU %.2f%% per session; late frames %d of %d (slow chunks %d of %d); dropped %.0f ms; clicks found %d/%d\n",
+		res.Voice, res.Sessions, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateFrames, res.Frames, res.SlowChunks, res.Chunks, res.DroppedMs, res.ClicksFound, res.ClicksSent)
+	fmt.Fprintf(stdout, "  server latency p50 %.1f ms, p95 %.1f ms = algorithmic %.1f ms (voice, frame, resamplers) + jitter target %.1f ms + output cushion %.1f ms + the rest; rtf %.3f; real time: %v\n",
+		res.ServerP50, res.ServerP95, res.AlgorithmicMs, res.JitterTargetMs, res.OutputBufferMs, res.RTF, res.RealTime)
 	return nil
 }
 
@@ -100,11 +102,16 @@ type loopbackResult struct {
 	LatencyP50    float64 `json:"latency_ms_p50"`
 	LatencyP95    float64 `json:"latency_ms_p95"`
 	CPUPerSession float64 `json:"cpu_percent_per_session"`
-	LateChunks    int     `json:"late_chunks"`
-	Chunks        int     `json:"chunks"`
-	LatePercent   float64 `json:"late_chunks_percent"`
-	DroppedMs     float64 `json:"dropped_ms"`
-	ServerMs      float64 `json:"server_latency_ms_mean"`
+	// Late frames: 20 ms output frames that were not ready when due (queue.underflows),
+	// of all frames sent. Slow chunks: processor chunks whose compute took longer than the
+	// audio they hold (a bursty model has them by design; they matter only if frames are late).
+	LateFrames  int     `json:"late_frames"`
+	Frames      int     `json:"frames"`
+	LatePercent float64 `json:"late_frames_percent"`
+	SlowChunks  int     `json:"slow_chunks"`
+	Chunks      int     `json:"chunks"`
+	DroppedMs   float64 `json:"dropped_ms"`
+	ServerMs    float64 `json:"server_latency_ms_mean"`
 	// The server's own measurement, once a second per session (what a voice model's output
 	// can be measured by when it turns clicks into something else), and its designed parts.
 	ServerP50      float64 `json:"server_latency_ms_p50"`
@@ -112,8 +119,13 @@ type loopbackResult struct {
 	AlgorithmicMs  float64 `json:"algorithmic_ms"`
 	JitterTargetMs float64 `json:"jitter_target_ms"`
 	QueueMs        float64 `json:"output_queue_ms_mean"`
-	ClicksSent     int     `json:"clicks_sent"`
-	ClicksFound    int     `json:"clicks_found"`
+	OutputBufferMs float64 `json:"output_buffer_ms_mean"` // the adaptive cushion (queue.output_buffer_ms)
+	// RTF is the voice's compute (the sessions' processor time) ÷ the audio it processed,
+	// per session; RealTime says every session kept up (late frames under 1 %).
+	RTF         float64 `json:"rtf"`
+	RealTime    bool    `json:"real_time"`
+	ClicksSent  int     `json:"clicks_sent"`
+	ClicksFound int     `json:"clicks_found"`
 }
 
 // benchLoopback runs sessions through a real server over loopback WebRTC and measures the
@@ -182,7 +194,8 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	}
 	res := &loopbackResult{Bench: "loopback", Voice: o.voice, Sessions: o.sessions, Seconds: o.seconds}
 	var all, server []time.Duration
-	var jitter, queue float64
+	var jitter, queue, cushion, process float64
+	processN := 0
 	for _, c := range clients {
 		lat := rtcclient.ClickLatencies(pcm, clicks, c.SendTimes(), c.Received())
 		all = append(all, lat...)
@@ -190,7 +203,8 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 		res.ClicksFound += len(lat)
 		if st := c.Stats(); len(st) > 0 {
 			last := st[len(st)-1]
-			res.LateChunks += last.LateChunks
+			res.LateFrames += last.Queue.Underflows
+			res.SlowChunks += last.LateChunks
 			res.Chunks += last.Chunks
 			res.DroppedMs += last.DroppedMs
 			for _, s := range st {
@@ -198,6 +212,13 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 					server = append(server, time.Duration(s.Latency.Server*float64(time.Millisecond)))
 					jitter += s.Latency.Jitter
 					queue += s.Queue.DepthMs
+					cushion += s.Queue.OutputBufferMs
+				}
+			}
+			for _, s := range st {
+				if s.Chunks > 0 {
+					process += s.Timings.Process // mean ms of processor time per 20 ms frame
+					processN++
 				}
 			}
 			res.AlgorithmicMs = last.Latency.Algorithmic
@@ -205,8 +226,9 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	}
 	res.LatencyP50 = ms(rtcclient.Percentile(all, 50))
 	res.LatencyP95 = ms(rtcclient.Percentile(all, 95))
-	if res.Chunks > 0 {
-		res.LatePercent = 100 * float64(res.LateChunks) / float64(res.Chunks)
+	res.Frames = len(clients) * int(o.seconds*50)
+	if res.Frames > 0 {
+		res.LatePercent = 100 * float64(res.LateFrames) / float64(res.Frames)
 	}
 	if n := len(server); n > 0 {
 		var sum time.Duration
@@ -216,8 +238,12 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 		res.ServerMs = ms(sum) / float64(n)
 		res.ServerP50 = ms(rtcclient.Percentile(server, 50))
 		res.ServerP95 = ms(rtcclient.Percentile(server, 95))
-		res.JitterTargetMs, res.QueueMs = jitter/float64(n), queue/float64(n)
+		res.JitterTargetMs, res.QueueMs, res.OutputBufferMs = jitter/float64(n), queue/float64(n), cushion/float64(n)
 	}
+	if processN > 0 {
+		res.RTF = process / float64(processN) / 20
+	}
+	res.RealTime = res.LatePercent < 1
 	if pid != 0 && cpuErr == nil {
 		res.CPUPerSession = 100 * (cpu1 - cpu0).Seconds() / wall.Seconds() / float64(o.sessions)
 	}
