@@ -22,7 +22,14 @@ import (
 // unusable refs get their error codes, and the latency the client measures matches the
 // algorithmic latency the server reports.
 func TestLoopbackMeanVC2(t *testing.T) {
-	path := golden.Path(t, "meanvc2", "model.gguf")
+	// Both published variants: 120 ms + 40 ms, and 40 ms + 40 ms (lower latency).
+	for _, folder := range []string{"meanvc2", "meanvc2_40ms"} {
+		t.Run(folder, func(t *testing.T) { testLoopbackMeanVC2(t, folder) })
+	}
+}
+
+func testLoopbackMeanVC2(t *testing.T, folder string) {
+	path := golden.Path(t, folder, "model.gguf")
 	be, err := engine.NewCPU(2)
 	if err != nil {
 		t.Fatal(err)
@@ -109,9 +116,9 @@ func TestLoopbackMeanVC2(t *testing.T) {
 		t.Fatal("no stats")
 	}
 	last := st[len(st)-1]
-	t.Logf("MeanVC2 over loopback: measured %.1f ms from capture to playable (first sound at %.1f ms + model latency %.0f ms); "+
+	t.Logf("MeanVC2 %s over loopback: measured %.1f ms from capture to playable (first sound at %.1f ms + model latency %.0f ms); "+
 		"algorithmic %.1f ms (ready); server-measured %.1f ms; stats %+v",
-		ms(measured), ms(heard.Sub(captured)), ms(modelLatency), ms(alg), last.Latency.Server, last)
+		m.Config.Runtime.Model, ms(measured), ms(heard.Sub(captured)), ms(modelLatency), ms(alg), last.Latency.Server, last)
 	// Loopback, Opus and the 20 ms clocks add a little; the designed part must account for
 	// the rest.
 	if measured < alg-20*time.Millisecond || measured > alg+80*time.Millisecond {

@@ -102,6 +102,15 @@ type StageTimings struct {
 type QueueStats struct {
 	DepthMs float64 `json:"depth_ms"`
 	AgeMs   float64 `json:"age_ms"`
+	// OutputBufferMs is the adaptive output cushion the session holds now (beyond what each
+	// 20 ms frame takes): it grows when a slow model step makes a frame run short and is
+	// trimmed back when no frame needed it for a while. TrimmedMs is the output dropped, in
+	// all, to shrink it.
+	OutputBufferMs float64 `json:"output_buffer_ms"`
+	TrimmedMs      float64 `json:"trimmed_ms"`
+	// Underflows counts the 20 ms frames, since output began, that the output queue could
+	// not fill when they were due: audio that came late to the listener.
+	Underflows int `json:"underflows"`
 }
 
 // PacketStats count what arrived on the wire.

@@ -430,10 +430,7 @@ func (p *peer) sendReady() {
 	p.mu.Lock()
 	info, voice := p.voice.Info(), p.voiceName // the selected voice: its swap may still be queued
 	p.mu.Unlock()
-	alg := stream.AlgorithmicLatency(opusRate, info) + p.srv.cfg.Jitter.Target
-	if p.srv.cfg.Jitter.Target == 0 {
-		alg += 40 * time.Millisecond
-	}
+	alg := p.srv.AlgorithmicLatency(info)
 	p.send(Message{Type: "ready", SessionID: p.id, Voice: voice, SampleRate: info.SampleRate,
 		AlgorithmicLatency: float64(alg.Microseconds()) / 1000})
 }
@@ -736,7 +733,7 @@ func (p *peer) stats(acc *statsAccumulator) (StatsMessage, SessionReport) {
 	p.mu.Lock()
 	voice, pass := p.voiceName, p.passthrough
 	p.mu.Unlock()
-	report := SessionReport{ID: p.id, Stream: st, Shed: js.Shed, JitterTarget: js.Target}
+	report := SessionReport{ID: p.id, Stream: st, Shed: js.Shed, JitterTarget: js.Target, Algorithmic: alg}
 	p.fecTotal += acc.fecRecovered
 	p.plcTotal += acc.plcFrames
 	load := 0.0
@@ -754,7 +751,8 @@ func (p *peer) stats(acc *statsAccumulator) (StatsMessage, SessionReport) {
 			Resample: ms(st.Resample-acc.resample0, acc.frames), Process: ms(st.Process-acc.process0, acc.frames),
 			Encode: ms(acc.encode, acc.frames),
 		},
-		Queue:         QueueStats{DepthMs: ms(st.QueueDepth, 1), AgeMs: ms(st.QueueAge, 1)},
+		Queue: QueueStats{DepthMs: ms(st.QueueDepth, 1), AgeMs: ms(st.QueueAge, 1),
+			OutputBufferMs: ms(st.OutputBuffer, 1), TrimmedMs: ms(st.Trimmed, 1), Underflows: st.Underflows},
 		Chunks:        st.Chunks,
 		LateChunks:    st.LateChunks,
 		DroppedChunks: st.DroppedChunks + js.Shed,

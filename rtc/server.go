@@ -169,6 +169,22 @@ type SessionReport struct {
 	Stream       stream.Stats  // the session's counters and its last measured latency
 	Shed         int           // frames the jitter buffer shed, in all
 	JitterTarget time.Duration // the jitter buffer's current target delay
+	// Algorithmic is the delay the session's processing path adds by design (its voice's
+	// latency, chunking and resampler look-ahead; not the jitter target): what a client can
+	// expect before a latency has been measured.
+	Algorithmic time.Duration
+}
+
+// AlgorithmicLatency is the algorithmic latency a session whose voice has info reports in
+// its "ready" message: the processing path's designed delay (stream.AlgorithmicLatency at
+// the Opus rate) plus the jitter buffer's initial target. Listings (GET /v1/voices) use it
+// so that a voice's advertised latency is the one its sessions report.
+func (s *Server) AlgorithmicLatency(info stream.ProcessorInfo) time.Duration {
+	target := s.cfg.Jitter.Target
+	if target <= 0 {
+		target = 40 * time.Millisecond // the jitter buffer's default
+	}
+	return stream.AlgorithmicLatency(opusRate, info) + target
 }
 
 // newID makes an unguessable id (128 random bits): a session id is what WHEP viewers and

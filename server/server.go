@@ -23,7 +23,8 @@ type Config struct {
 	RTC          *rtc.Server
 	TTS          *tts.Server
 	Library      *library.Library
-	Voices       *stream.Registry // the built-in and model voices, for the listing
+	Voices       *stream.Registry        // the built-in and model voices, for the listing
+	VoiceDetails map[string]VoiceDetails // voices not made just to be listed (a model voice needs a target); others are, once
 	Synthesizers *stream.Synthesizers
 	DefaultVoice string
 	Keys         *auth.Keys
@@ -34,6 +35,7 @@ type Config struct {
 // New builds the handler.
 func New(c Config) http.Handler {
 	mux := http.NewServeMux()
+	live := newCatalog(c.RTC, c.Voices, c.VoiceDetails)
 	// Live voice over WebRTC (docs/protocol.md).
 	mux.Handle("/v1/rtc", c.RTC)
 	mux.HandleFunc("POST /v1/whip", c.RTC.WHIP)
@@ -46,7 +48,7 @@ func New(c Config) http.Handler {
 	// Voices: the catalog and the library (docs/api.md).
 	mux.HandleFunc("GET /v1/voices", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"voices": c.Library.List(auth.PrincipalOf(r.Context())), "processors": c.Voices.Names(),
-			"default": c.DefaultVoice, "tts_models": c.Synthesizers.Names()})
+			"live_voices": live.list(), "default": c.DefaultVoice, "tts_models": c.Synthesizers.Names()})
 	})
 	mux.HandleFunc("POST /v1/voices", c.Library.Upload)
 	mux.HandleFunc("GET /v1/voices/{id}", c.Library.Show)

@@ -127,7 +127,7 @@ func runBridge(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.backend, "backend", "", "audio backend (alsa, pulse, jack, wasapi, coreaudio, null)")
 	fs.StringVar(&o.in, "in", "", "input device: number or part of the name from 'voxpipe devices' (default device if empty)")
 	fs.StringVar(&o.out, "out", "", "output device, e.g. a virtual cable that OBS captures (default device if empty)")
-	fs.StringVar(&o.voice, "voice", "dsp", "voice (meanvc2 with --model)")
+	fs.StringVar(&o.voice, "voice", "dsp", "voice (meanvc2 with --model, or meanvc2-120ms / meanvc2-40ms naming the file's variant)")
 	o.vc.flags(fs)
 	fs.Float64Var(&o.pitch, "pitch", 0, "pitch shift in semitones (dsp voice)")
 	fs.Float64Var(&o.formant, "formant", 0, "formant shift in semitones (dsp voice)")
@@ -168,7 +168,7 @@ func bridge(ctx context.Context, o bridgeOptions) (*bridgeReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("output: %w", err)
 	}
-	name, proc, done, err := o.vc.processor(o.voice)
+	name, proc, done, err := o.vc.processor(o.voice, true) // the live path, as a session runs it
 	if err != nil {
 		return nil, err
 	}

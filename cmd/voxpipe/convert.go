@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/voxpipe/voxpipe/dsp/wav"
@@ -16,7 +17,7 @@ import (
 
 func runConvert(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("convert", "convert IN.wav OUT.wav [--voice dsp] [--pitch N] [--formant N] | [--model MEANVC2.gguf --ref REF.wav]", stderr)
-	voice := fs.String("voice", "dsp", "voice to convert to (meanvc2 with --model)")
+	voice := fs.String("voice", "dsp", "voice to convert to (meanvc2 with --model, or meanvc2-120ms / meanvc2-40ms naming the file's variant)")
 	pitch := fs.Float64("pitch", 0, "pitch shift in semitones (dsp voice, −12…12)")
 	formant := fs.Float64("formant", 0, "formant shift in semitones (dsp voice, −6…6)")
 	var vc vcOptions
@@ -34,7 +35,7 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	name, proc, done, err := vc.processor(*voice)
+	name, proc, done, err := vc.processor(*voice, false)
 	if err != nil {
 		return err
 	}
@@ -70,26 +71,33 @@ type vcOptions struct {
 }
 
 func (o *vcOptions) flags(fs *flag.FlagSet) {
-	fs.StringVar(&o.model, "model", "", "MeanVC2 model (GGUF): convert into the voice of --ref")
+	fs.StringVar(&o.model, "model", "", "MeanVC2 model (GGUF), either variant (120 ms or 40 ms, read from the file): convert into the voice of --ref")
 	fs.StringVar(&o.ref, "ref", "", "reference clip of the target voice (WAV, 1–30 s of speech), with --model")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the model")
 }
 
-// processor makes the processor for the voice name: MeanVC2 with --model (voice "dsp", the default, or
-// "meanvc2"), otherwise a built-in voice. done frees what it loaded.
-func (o *vcOptions) processor(name string) (string, stream.Processor, func(), error) {
+// processor makes the processor for the voice name: MeanVC2 with --model (voice "dsp", the
+// default, "meanvc2", or "meanvc2-<variant>" naming the file's variant: 120ms or 40ms),
+// otherwise a built-in voice. live picks MeanVC2's live path (20 ms pieces through
+// Stream.Write, as a session runs it: bridge); otherwise whole chunks go through the model as
+// the reference implementation runs them (convert). done frees what it loaded.
+func (o *vcOptions) processor(name string, live bool) (string, stream.Processor, func(), error) {
+	isVC := name == "meanvc2" || strings.HasPrefix(name, "meanvc2-")
 	if o.model == "" {
 		switch {
 		case o.ref != "":
 			return "", nil, nil, errors.New("--ref needs --model (a MeanVC2 model file)")
-		case name == "meanvc2":
-			return "", nil, nil, errors.New("voice meanvc2 needs --model FILE (a MeanVC2 model) and --ref REF.wav")
+		case isVC:
+			return "", nil, nil, fmt.Errorf("voice %s needs --model FILE (a MeanVC2 model) and --ref REF.wav", name)
 		}
 		proc, err := stream.NewRegistry().New(name)
 		return name, proc, func() {}, err
 	}
-	if name != "dsp" && name != "meanvc2" {
+	if name != "dsp" && !isVC {
 		return "", nil, nil, fmt.Errorf("--model converts with MeanVC2; --voice %q does not go with it", name)
+	}
+	if name == "dsp" {
+		name = "meanvc2"
 	}
 	if o.ref == "" {
 		return "", nil, nil, errors.New("--model needs --ref REF.wav: a clip of the target voice (1–30 s of speech)")
@@ -102,12 +110,21 @@ func (o *vcOptions) processor(name string) (string, stream.Processor, func(), er
 	if err != nil {
 		return "", nil, nil, err
 	}
-	proc, err := voice.MeanVC2FromClip(m, a.Mono(), a.SampleRate)
+	if v := m.Config.Runtime.Model; name != "meanvc2" && name != "meanvc2-"+v {
+		closeModel()
+		return "", nil, nil, fmt.Errorf("--voice %s: %s is the %s MeanVC2 model (voice meanvc2-%s, or meanvc2)", name, o.model, v, v)
+	}
+	var proc stream.Processor
+	if live {
+		proc, err = voice.MeanVC2FromClip(m, a.Mono(), a.SampleRate)
+	} else {
+		proc, err = voice.MeanVC2ReferenceFromClip(m, a.Mono(), a.SampleRate)
+	}
 	if err != nil {
 		closeModel()
 		return "", nil, nil, fmt.Errorf("reference clip %s: %w", o.ref, err)
 	}
-	return "meanvc2", proc, func() { stream.CloseProcessor(proc); closeModel() }, nil
+	return name, proc, func() { stream.CloseProcessor(proc); closeModel() }, nil
 }
 
 // applyVoiceParams sets the dsp voice's pitch and formant; other voices take none.

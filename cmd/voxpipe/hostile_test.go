@@ -104,7 +104,7 @@ func TestServeVoicesBelongToTheirKey(t *testing.T) {
 // MeanVC2 target neither by id nor by name.
 func TestServeMeanVC2RefBelongsToItsKey(t *testing.T) {
 	const a, b = "key-a-0123456789abcdef", "key-b-0123456789abcdef"
-	base := testApp(t, serveOptions{vcModel: tinyVC(t), apiKeys: []string{a, b}})
+	base := testApp(t, serveOptions{vcModels: []string{tinyVC(t)}, apiKeys: []string{a, b}})
 	id := upload(t, base, "Mine", fixture, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

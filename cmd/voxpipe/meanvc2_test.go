@@ -187,7 +187,7 @@ func waitReady(c *rtcclient.Client, voice string, timeout time.Duration) bool {
 // gets converted audio; a session without a ref, or with an unknown one, gets a clear error;
 // the embedding lands in the library's cache directory.
 func TestServeMeanVC2(t *testing.T) {
-	o := serveOptions{vcModel: tinyVC(t), voicesDir: t.TempDir()}
+	o := serveOptions{vcModels: []string{tinyVC(t)}, voicesDir: t.TempDir()}
 	base := testApp(t, o)
 	resp, err := http.Get(base + "/v1/voices")
 	if err != nil {
@@ -256,9 +256,9 @@ func TestServeMeanVC2Options(t *testing.T) {
 		o   serveOptions
 		msg string
 	}{
-		{serveOptions{vcModel: model, vcRef: silent}, "silent"},
+		{serveOptions{vcModels: []string{model}, vcRef: silent}, "silent"},
 		{serveOptions{vcRef: fixture}, "--vc-model"},
-		{serveOptions{vcModel: model, vcRef: "nobody"}, "nobody"},
+		{serveOptions{vcModels: []string{model}, vcRef: "nobody"}, "nobody"},
 	} {
 		c.o.voicesDir, c.o.threads, c.o.voice = t.TempDir(), 2, "dsp"
 		a, err := newApp(c.o, nil, logs)
@@ -270,7 +270,7 @@ func TestServeMeanVC2Options(t *testing.T) {
 		}
 	}
 	// --voice meanvc2 with a default clip serves it to sessions that name no ref.
-	o := serveOptions{vcModel: model, vcRef: fixture, voicesDir: t.TempDir()}
+	o := serveOptions{vcModels: []string{model}, vcRef: fixture, voicesDir: t.TempDir()}
 	base := testApp(t, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

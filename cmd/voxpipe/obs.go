@@ -31,12 +31,14 @@ func newOBSSync(ctx context.Context, url, input string, log *slog.Logger) *obsSy
 }
 
 // Stats is an rtc OnStats hook: a session's measured latency (server side plus the jitter
-// target the client sees) becomes the wanted offset.
+// target the client sees) becomes the wanted offset. Until a latency has been measured (the
+// voice's first output is still on its way) its algorithmic latency stands in for it, so
+// the offset fits the voice — 120 ms or 40 ms MeanVC2, the DSP voice — from the start.
 func (o *obsSync) Stats(r rtc.SessionReport) {
-	if r.Stream.Latency <= 0 {
+	d := obsOffset(r)
+	if d <= 0 {
 		return
 	}
-	d := r.Stream.Latency + r.JitterTarget
 	o.mu.Lock()
 	o.pending = d.Round(time.Millisecond)
 	o.mu.Unlock()
@@ -44,6 +46,20 @@ func (o *obsSync) Stats(r rtc.SessionReport) {
 	case o.wake <- struct{}{}:
 	default:
 	}
+}
+
+// obsOffset is the sync offset a session's report asks for: its measured latency, or its
+// algorithmic latency while none is measured, plus the jitter target; 0 when the report has
+// neither.
+func obsOffset(r rtc.SessionReport) time.Duration {
+	lat := r.Stream.Latency
+	if lat <= 0 {
+		lat = r.Algorithmic
+	}
+	if lat <= 0 {
+		return 0
+	}
+	return lat + r.JitterTarget
 }
 
 // run applies changes of more than 10 ms, reconnecting when OBS goes away.

@@ -45,6 +45,46 @@ func TestOBSSync(t *testing.T) {
 	wait(270)
 }
 
+// TestOBSOffsetBeforeAMeasuredLatency: a session's algorithmic latency stands in until its
+// latency is measured, then the measurement wins; a report with neither asks for nothing.
+func TestOBSOffsetBeforeAMeasuredLatency(t *testing.T) {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	r := report(0, 40)
+	if got := obsOffset(r); got != 0 {
+		t.Errorf("no latency at all: offset %v, want none", got)
+	}
+	r.Algorithmic = ms(185) // the 40 ms MeanVC2 model's, say
+	if got := obsOffset(r); got != ms(225) {
+		t.Errorf("before a measurement: offset %v, want algorithmic 185 ms + jitter 40 ms", got)
+	}
+	r.Stream.Latency = ms(200)
+	if got := obsOffset(r); got != ms(240) {
+		t.Errorf("measured: offset %v, want measured 200 ms + jitter 40 ms", got)
+	}
+}
+
+// TestOBSSyncFromAlgorithmicLatency: the first reports of a session, before its latency is
+// measured, already set the offset.
+func TestOBSSyncFromAlgorithmicLatency(t *testing.T) {
+	obs := &obstest.Server{Password: "obs-password-0123", Input: "mic"}
+	srv := httptest.NewServer(obs)
+	defer srv.Close()
+	t.Setenv("OBS_WEBSOCKET_PASSWORD", obs.Password)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newOBSSync(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), "mic", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r := report(0, 40)
+	r.Algorithmic = 345 * time.Millisecond
+	s.Stats(r)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if got, ok := obs.Offset("mic"); ok && got == 385 {
+			return
+		}
+	}
+	got, _ := obs.Offset("mic")
+	t.Fatalf("offset %v ms, want 385 (algorithmic 345 + jitter 40)", got)
+}
+
 // report is a live session's report with a measured latency and a jitter target, in ms.
 func report(latency, jitter float64) rtc.SessionReport {
 	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,7 +41,8 @@ type serveOptions struct {
 	ttsModel, codec, ttsVoice                        string
 	ttsSlots                                         int
 	ttsWait                                          time.Duration
-	vcModel, vcRef                                   string
+	vcModels                                         []string // MeanVC2 model files, one per variant
+	vcRef                                            string
 	apiKeys, adminKeys                               []string
 	obsURL, obsInput                                 string
 	sessionsPerKey                                   int
@@ -65,10 +68,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.ttsVoice, "tts-voice", "", "default TTS voice: a WAV reference clip, or a voice library id or name")
 	fs.IntVar(&o.ttsSlots, "tts-slots", 2, "concurrent TTS streams per model; more wait in line, then get busy/503")
 	fs.DurationVar(&o.ttsWait, "tts-queue", 2*time.Second, "how long a TTS request waits for a free slot")
-	fs.StringVar(&o.vcModel, "vc-model", "", "MeanVC2 model (GGUF): adds the live voice meanvc2 (a target voice is a reference clip)")
+	fs.Var((*listFlag)(&o.vcModels), "vc-model", "MeanVC2 model `FILE` (GGUF), either variant; repeat the flag or comma-separate to load both: each adds the live voice meanvc2-<variant> (meanvc2-120ms: quality, meanvc2-40ms: low latency) and meanvc2 names the first; a target voice is a reference clip")
 	fs.StringVar(&o.obsURL, "obs", "", "obs-websocket v5 address (ws://localhost:4455): keep --obs-input's audio sync offset at the live voice's measured latency; password from $OBS_WEBSOCKET_PASSWORD")
 	fs.StringVar(&o.obsInput, "obs-input", "voxpipe", "the OBS input (source name) whose sync offset --obs sets")
-	fs.StringVar(&o.vcRef, "vc-ref", "", "default meanvc2 target voice when a session names none: a WAV clip, or a voice library id or name")
+	fs.StringVar(&o.vcRef, "vc-ref", "", "default MeanVC2 target voice (every variant) when a session names none: a WAV clip, or a voice library id or name")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
 	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
 	adminKeys := fs.String("admin-key", "", "comma-separated admin keys: like --api-key, but they see and may end every key's sessions and voices and have no session limit; also $VOXPIPE_ADMIN_KEYS")
@@ -173,33 +176,9 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	for _, w := range warn {
 		log.Warn("voice library", "problem", w)
 	}
-	var newProcessor func(owner, voice, ref string) (stream.Processor, error)
-	if o.vcModel != "" {
-		fmt.Fprintf(stdout, "loading %s…\n", o.vcModel)
-		m, closeModel, err := voice.LoadMeanVC2(o.vcModel, o.threads, filepath.Join(o.voicesDir, "embeddings"))
-		if err != nil {
-			return nil, err
-		}
-		a.closers = append(a.closers, closeModel)
-		vc := &voice.MeanVC2Voices{Model: m, Library: lib, DefaultRef: o.vcRef}
-		// Listed with the built-in voices; a session's ref reaches it through NewProcessor.
-		voices.Register("meanvc2", func() (stream.Processor, error) { return vc.Processor(auth.Admin, "") })
-		newProcessor = func(owner, voice, ref string) (stream.Processor, error) {
-			if voice != "meanvc2" {
-				return nil, nil
-			}
-			return vc.Processor(owner, ref)
-		}
-		if o.vcRef != "" {
-			// Embed the default voice now: a bad clip fails the start, not every session.
-			p, err := vc.Processor(auth.Admin, "")
-			if err != nil {
-				return nil, fmt.Errorf("--vc-ref: %w", err)
-			}
-			stream.CloseProcessor(p)
-		}
-	} else if o.vcRef != "" {
-		return nil, errors.New("--vc-ref needs --vc-model")
+	newProcessor, details, err := a.loadMeanVC2(o, lib, voices, stdout)
+	if err != nil {
+		return nil, err
 	}
 	def, err := voices.New(o.voice)
 	if err != nil {
@@ -267,11 +246,106 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { srv.Close(); ttsSrv.Close() })
+	for _, name := range slices.Sorted(maps.Keys(details)) {
+		d := details[name]
+		fmt.Fprintf(stdout, "live voice %s: %s, algorithmic latency %.0f ms\n", name, d.Label,
+			float64(srv.AlgorithmicLatency(d.Info).Microseconds())/1000)
+	}
 	keys, err := auth.NewKeys(o.apiKeys, o.adminKeys...)
 	if err != nil {
 		return nil, err
 	}
-	a.handler = server.New(server.Config{RTC: srv, TTS: ttsSrv, Library: lib, Voices: voices, Synthesizers: synths,
+	a.handler = server.New(server.Config{RTC: srv, TTS: ttsSrv, Library: lib, Voices: voices, VoiceDetails: details, Synthesizers: synths,
 		DefaultVoice: o.voice, Keys: keys, Sessions: sessions, Metrics: met})
 	return a, nil
+}
+
+// loadMeanVC2 loads the --vc-model files and registers their live voices: meanvc2-<variant>
+// for each (the variant comes from the file's embedded config), and meanvc2 for the first.
+// It returns rtc's NewProcessor for them (nil without models) and their listing details.
+// All of them take their target voice from the same library and --vc-ref.
+func (a *app) loadMeanVC2(o serveOptions, lib *library.Library, voices *stream.Registry, stdout io.Writer) (
+	func(owner, voice, ref string) (stream.Processor, error), map[string]server.VoiceDetails, error) {
+	if len(o.vcModels) == 0 {
+		if o.vcRef != "" {
+			return nil, nil, errors.New("--vc-ref needs --vc-model")
+		}
+		return nil, nil, nil
+	}
+	byName := map[string]*voice.MeanVC2Voices{}
+	files := map[string]string{} // voice name → the file it came from
+	details := map[string]server.VoiceDetails{}
+	var names []string // in the order given
+	for _, path := range o.vcModels {
+		fmt.Fprintf(stdout, "loading %s…\n", path)
+		m, closeModel, err := voice.LoadMeanVC2(path, o.threads, filepath.Join(o.voicesDir, "embeddings"))
+		if err != nil {
+			return nil, nil, err
+		}
+		a.closers = append(a.closers, closeModel)
+		variant := m.Config.Runtime.Model
+		name := "meanvc2-" + variant
+		if prev, ok := files[name]; ok {
+			return nil, nil, fmt.Errorf("--vc-model: %s and %s are both the %s MeanVC2 model; give one file per variant (120ms, 40ms)", prev, path, variant)
+		}
+		files[name] = path
+		vc := &voice.MeanVC2Voices{Model: m, Library: lib, DefaultRef: o.vcRef}
+		byName[name] = vc
+		details[name] = server.VoiceDetails{Info: voice.MeanVC2Info(m), NeedsRef: true, Label: meanVC2Label(variant)}
+		if len(names) == 0 {
+			byName["meanvc2"] = vc
+			details["meanvc2"] = server.VoiceDetails{Info: details[name].Info, NeedsRef: true, Label: "MeanVC2 (the " + variant + " model)"}
+		}
+		names = append(names, name)
+	}
+	for name, vc := range byName {
+		// Listed with the built-in voices (and usable as --voice); a session's ref reaches it
+		// through NewProcessor.
+		voices.Register(name, func() (stream.Processor, error) { return vc.Processor(auth.Admin, "") })
+	}
+	if o.vcRef != "" {
+		// Embed the default voice now, with every model (each has its own speaker path): a
+		// bad clip fails the start, not every session.
+		for _, name := range names {
+			p, err := byName[name].Processor(auth.Admin, "")
+			if err != nil {
+				return nil, nil, fmt.Errorf("--vc-ref: %w", err)
+			}
+			stream.CloseProcessor(p)
+		}
+	}
+	newProcessor := func(owner, voice, ref string) (stream.Processor, error) {
+		vc, ok := byName[voice]
+		if !ok {
+			return nil, nil
+		}
+		return vc.Processor(owner, ref)
+	}
+	return newProcessor, details, nil
+}
+
+// meanVC2Label names a MeanVC2 variant for people (the page's voice picker).
+func meanVC2Label(variant string) string {
+	switch variant {
+	case "120ms":
+		return "MeanVC2 120 ms (quality)"
+	case "40ms":
+		return "MeanVC2 40 ms (low latency)"
+	}
+	return "MeanVC2 " + variant
+}
+
+// listFlag is a flag that may be repeated, each value a comma-separated list (a config
+// file's YAML list arrives comma-joined).
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
 }

@@ -2,20 +2,26 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/internal/golden"
+	"github.com/voxpipe/voxpipe/rtc"
+	"github.com/voxpipe/voxpipe/rtc/rtcclient"
 )
 
 // testDefaults fills the settings a test server takes unless the test set them.
@@ -176,6 +182,155 @@ func TestServeAuth(t *testing.T) {
 	} {
 		if got := get(c.path, c.header); got != c.want {
 			t.Errorf("GET %s (%q): %d, want %d", c.path, c.header, got, c.want)
+		}
+	}
+}
+
+// TestServeBothMeanVC2Variants: serve with both MeanVC2 files lists meanvc2-120ms,
+// meanvc2-40ms and the alias meanvc2 with their latencies (the 40 ms model's lower, each the
+// one its sessions report), a session converts with meanvc2-40ms, and /metrics then has its
+// algorithmic latency.
+func TestServeBothMeanVC2Variants(t *testing.T) {
+	o := serveOptions{vcModels: []string{golden.Path(t, "meanvc2", "model.gguf"), golden.Path(t, "meanvc2_40ms", "model.gguf")}}
+	base := testApp(t, o)
+	resp, err := http.Get(base + "/v1/voices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Processors []string
+		LiveVoices []struct {
+			Name     string
+			Latency  float64 `json:"algorithmic_latency_ms"`
+			NeedsRef bool    `json:"needs_ref"`
+			Label    string
+		} `json:"live_voices"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("live voices: %+v", list.LiveVoices)
+	byName := map[string]int{}
+	for i, v := range list.LiveVoices {
+		byName[v.Name] = i
+	}
+	for _, name := range []string{"dsp", "passthrough", "meanvc2", "meanvc2-120ms", "meanvc2-40ms"} {
+		if _, ok := byName[name]; !ok || !slices.Contains(list.Processors, name) {
+			t.Fatalf("%s missing: live voices %+v, processors %v", name, list.LiveVoices, list.Processors)
+		}
+	}
+	get := func(name string) (lat float64, ref bool, label string) {
+		v := list.LiveVoices[byName[name]]
+		return v.Latency, v.NeedsRef, v.Label
+	}
+	dsp, dspRef, _ := get("dsp")
+	q, qRef, qLabel := get("meanvc2-120ms")
+	fast, fastRef, fastLabel := get("meanvc2-40ms")
+	alias, aliasRef, _ := get("meanvc2")
+	if dspRef || !qRef || !fastRef || !aliasRef {
+		t.Errorf("needs_ref: dsp %v, 120ms %v, 40ms %v, meanvc2 %v", dspRef, qRef, fastRef, aliasRef)
+	}
+	if !(dsp > 40 && dsp < fast && fast < q && q < 1000) || alias != q {
+		t.Errorf("latencies: dsp %.1f, 40ms %.1f, 120ms %.1f, meanvc2 %.1f ms", dsp, fast, q, alias)
+	}
+	if !strings.Contains(fastLabel, "low latency") || !strings.Contains(qLabel, "120 ms") {
+		t.Errorf("labels %q, %q", fastLabel, qLabel)
+	}
+
+	id := upload(t, base, "Speaker", fixture)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(base)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Send(rtc.Message{Type: "session", Voice: "meanvc2-40ms", Ref: id})
+	if !waitReady(c, "meanvc2-40ms", 10*time.Second) {
+		t.Fatalf("no ready for meanvc2-40ms; messages %+v", c.Messages())
+	}
+	var ready rtc.Message
+	for _, m := range c.Messages() {
+		if m.Type == "ready" && m.Voice == "meanvc2-40ms" {
+			ready = m
+		}
+	}
+	if math.Abs(ready.AlgorithmicLatency-fast) > 0.01 {
+		t.Errorf("the session reports %.3f ms, the listing %.3f ms", ready.AlgorithmicLatency, fast)
+	}
+	in, err := wav.ReadFile(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packets, err := rtcclient.EncodeFrames(in.Mono()[:2*48000])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendPackets(ctx, packets); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if r := rmsOf(c.Received().PCM); r < 1e-3 {
+		t.Errorf("no converted audio (RMS %.2g)", r)
+	}
+	st := c.Stats()
+	if len(st) == 0 || st[len(st)-1].Voice != "meanvc2-40ms" {
+		t.Fatalf("stats do not report meanvc2-40ms: %+v", st)
+	}
+	t.Logf("last stats: %+v", st[len(st)-1])
+	resp, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(m), `voxpipe_vc_algorithmic_latency_seconds{voice="meanvc2-40ms"}`) {
+		t.Error("metrics lack the session's algorithmic latency")
+	}
+}
+
+// Two files of one variant are refused at startup, naming both; --vc-ref is embedded with
+// every model.
+func TestServeMeanVC2VariantErrors(t *testing.T) {
+	q := golden.Path(t, "meanvc2", "model.gguf")
+	fast := golden.Path(t, "meanvc2_40ms", "model.gguf")
+	silent := writeClip(t, t.TempDir(), "silent.wav", 3, 0)
+	for _, c := range []struct {
+		o   serveOptions
+		msg string
+	}{
+		{serveOptions{vcModels: []string{q, fast, q}}, "both the 120ms MeanVC2 model"},
+		{serveOptions{vcModels: []string{fast, fast}}, "both the 40ms MeanVC2 model"},
+		{serveOptions{vcModels: []string{q, fast}, vcRef: silent}, "silent"},
+	} {
+		o := testDefaults(t, c.o)
+		a, err := newApp(o, slog.New(slog.NewTextHandler(io.Discard, nil)), io.Discard)
+		if err == nil {
+			a.close()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%v: %v (want an error saying %q)", c.o.vcModels, err, c.msg)
+		}
+	}
+	// Repeated and comma-separated flags add up; the first model is also meanvc2.
+	var l listFlag
+	l.Set(q + "," + fast)
+	l.Set(" x.gguf ")
+	if len(l) != 3 || l[0] != q || l[1] != fast || l[2] != "x.gguf" {
+		t.Errorf("--vc-model list %q", l)
+	}
+	var out strings.Builder
+	a, err := newApp(testDefaults(t, serveOptions{vcModels: []string{fast, q}}), slog.New(slog.NewTextHandler(io.Discard, nil)), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	t.Logf("startup output:\n%s", out.String())
+	for _, want := range []string{"loading " + fast, "loading " + q, "live voice meanvc2: MeanVC2 (the 40ms model)", "live voice meanvc2-120ms: MeanVC2 120 ms (quality)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("startup output lacks %q", want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 // Package metrics exports the server's Prometheus metrics at /metrics: sessions by mode,
-// TTS time to first audio and real-time factor, live-voice latency and queue age, late and
-// dropped chunks, admission load and refused requests. Every name starts with voxpipe_.
+// TTS time to first audio and real-time factor, live-voice latency (measured and, per voice,
+// algorithmic), queue age and output cushion, late and dropped chunks, admission load and
+// refused requests. Every name starts with voxpipe_.
 package metrics
 
 import (
@@ -29,6 +30,9 @@ type Metrics struct {
 	late      prometheus.Counter
 	dropped   prometheus.Counter
 	droppedMs prometheus.Counter
+	algorithm *prometheus.GaugeVec
+	outBuffer prometheus.Histogram
+	trimmed   prometheus.Counter
 
 	mu   sync.Mutex
 	last map[string]rtc.SessionReport // per live session: the previous totals, for deltas
@@ -58,7 +62,14 @@ func New() *Metrics {
 		Help: "Live voice: chunks of audio dropped by the stale-audio policy and jitter shedding."})
 	m.droppedMs = prometheus.NewCounter(prometheus.CounterOpts{Name: "voxpipe_dropped_audio_seconds_total",
 		Help: "Live voice: audio dropped by the stale-audio policy and jitter shedding."})
+	m.algorithm = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "voxpipe_vc_algorithmic_latency_seconds",
+		Help: "Live voice: the delay a session's processing path adds by design (the voice's latency, chunking, resampling; not the jitter target), from the latest report of a session with that voice."}, []string{"voice"})
+	m.outBuffer = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "voxpipe_vc_output_buffer_seconds",
+		Help: "Live voice: the adaptive output cushion a session holds against slow model steps, per session and second.", Buckets: []float64{0, .01, .02, .04, .06, .08, .1, .15, .2, .3}})
+	m.trimmed = prometheus.NewCounter(prometheus.CounterOpts{Name: "voxpipe_vc_trimmed_audio_seconds_total",
+		Help: "Live voice: output dropped to shrink a session's output cushion back after slow steps."})
 	m.reg.MustRegister(m.sessions, m.ttfa, m.rtf, m.audio, m.rejected, m.latency, m.queueAge, m.late, m.dropped, m.droppedMs,
+		m.algorithm, m.outBuffer, m.trimmed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -97,6 +108,11 @@ func (m *Metrics) VCStats(r rtc.SessionReport) {
 		m.latency.Observe(s.Latency.Seconds())
 	}
 	m.queueAge.Observe(s.QueueAge.Seconds())
+	if r.Algorithmic > 0 && s.Voice != "" {
+		m.algorithm.WithLabelValues(s.Voice).Set(r.Algorithmic.Seconds())
+	}
+	m.outBuffer.Observe(s.OutputBuffer.Seconds())
+	m.trimmed.Add(max(0, (s.Trimmed - p.Trimmed).Seconds()))
 	m.late.Add(float64(max(0, s.LateChunks-p.LateChunks)))
 	m.dropped.Add(float64(max(0, s.DroppedChunks+r.Shed-p.DroppedChunks-prev.Shed)))
 	shed := time.Duration(r.Shed-prev.Shed) * 20 * time.Millisecond // a shed frame is 20 ms

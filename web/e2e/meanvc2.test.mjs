@@ -1,13 +1,17 @@
 // Real-browser end-to-end test of the voice-changer page with MeanVC2.
 //
-// Starts `bin/voxpipe serve --vc-model <golden tiny MeanVC2>` with an empty voice library,
-// opens the page in Chromium with a fake microphone playing testdata/speech_en_48k.wav,
-// picks the meanvc2 voice, uploads the same WAV as the target voice through the page's
-// upload control (after checking that a bad upload shows the API's error), starts, and checks
-// that converted audio comes back with the server reporting the meanvc2 voice.
+// Starts `bin/voxpipe serve --vc-model <golden tiny MeanVC2 120 ms> --vc-model <… 40 ms>`
+// with an empty voice library, opens the page in Chromium with a fake microphone playing
+// testdata/speech_en_48k.wav, checks that the voice picker offers both variants with their
+// labels and latencies (the 40 ms one lower), picks the meanvc2 voice, uploads the same WAV as
+// the target voice through the page's upload control (after checking that a bad upload shows
+// the API's error), starts, and checks that converted audio comes back with the server
+// reporting the meanvc2 voice; then switches to meanvc2-40ms live and checks the stats card
+// follows.
 //
 // Skips when the golden folder (VOXPIPE_GOLDEN_DIR, default ../shared/golden) lacks
-// meanvc2/model.gguf. Run from the repository root:
+// meanvc2/model.gguf; without meanvc2_40ms/model.gguf it runs with the 120 ms model alone.
+// Run from the repository root:
 //   go build -o bin/voxpipe ./cmd/voxpipe && node --test web/e2e/
 
 import { test, before, after } from 'node:test';
@@ -18,6 +22,8 @@ import path from 'node:path';
 import { startServer, launch, sleep, GOLDEN, SPEECH_WAV } from './helpers.mjs';
 
 const MODEL = path.join(GOLDEN, 'meanvc2', 'model.gguf');
+const MODEL_40MS = path.join(GOLDEN, 'meanvc2_40ms', 'model.gguf');
+const BOTH = existsSync(MODEL_40MS);
 const LEVEL_THRESHOLD = 0.01;
 const AUDIO_TIMEOUT_MS = 15_000;
 
@@ -30,7 +36,8 @@ let voicesDir = null;
 before(async () => {
   if (skip) return;
   voicesDir = mkdtempSync(path.join(os.tmpdir(), 'voxpipe-e2e-voices-'));
-  server = await startServer(['--vc-model', MODEL, '--voices', voicesDir, '--threads', '2']);
+  const models = BOTH ? ['--vc-model', MODEL, '--vc-model', MODEL_40MS] : ['--vc-model', MODEL];
+  server = await startServer([...models, '--voices', voicesDir, '--threads', '2']);
   browser = await launch(SPEECH_WAV);
 });
 
@@ -67,6 +74,24 @@ test('voice changer page: uploads a target voice and converts with MeanVC2', { s
   try {
     await page.goto(server.url + '/');
     await page.waitForFunction(() => window.voxpipe && window.voxpipe.voicesLoaded, null, { timeout: 5000 });
+    // The voice picker lists the variants with their labels and algorithmic latencies.
+    const options = await page.$$eval('#voice option', (os) => os.map((o) => ({ value: o.value, text: o.textContent })));
+    t.diagnostic(`voice picker: ${JSON.stringify(options)}`);
+    const option = (v) => options.find((o) => o.value === v);
+    const latencyOf = (v) => Number(/— (\d+) ms$/.exec(option(v)?.text ?? '')?.[1]);
+    for (const v of BOTH ? ['meanvc2', 'meanvc2-120ms', 'meanvc2-40ms', 'dsp'] : ['meanvc2', 'meanvc2-120ms', 'dsp']) {
+      assert.ok(option(v), `no ${v} in the voice picker`);
+      assert.ok(latencyOf(v) > 0, `the picker shows no latency for ${v}: ${option(v).text}`);
+    }
+    assert.match(option('meanvc2-120ms').text, /^MeanVC2 120 ms \(quality\) — \d+ ms$/);
+    if (BOTH) {
+      assert.match(option('meanvc2-40ms').text, /^MeanVC2 40 ms \(low latency\) — \d+ ms$/);
+      assert.ok(latencyOf('meanvc2-40ms') < latencyOf('meanvc2-120ms'), 'the 40 ms model is not listed as lower latency');
+      // Every MeanVC2 variant takes a target voice.
+      await page.selectOption('#voice', 'meanvc2-40ms');
+      assert.equal(await page.locator('#target').isVisible(), true, 'no target picker for meanvc2-40ms');
+      await page.selectOption('#voice', 'dsp');
+    }
     // The picker shows only for a voice that takes a reference clip.
     assert.equal(await page.locator('#target').isVisible(), false, 'target picker visible for the dsp voice');
     await page.selectOption('#voice', 'meanvc2');
@@ -115,6 +140,27 @@ test('voice changer page: uploads a target voice and converts with MeanVC2', { s
     if (!(maxLevel > LEVEL_THRESHOLD)) assert.fail(await diagnose(`no converted audio: max RMS ${maxLevel.toFixed(5)}`));
     assert.equal(stats && stats.voice, 'meanvc2', 'stats should report the meanvc2 voice');
     if ((await page.locator('#status').getAttribute('data-kind')) === 'error') assert.fail(await diagnose('the page shows an error'));
+    // The stats card shows the algorithmic latency and the server's output cushion.
+    assert.match(await page.locator('#lat-algo').textContent(), /^\d+\.\d ms$/);
+    assert.match(await page.locator('#cushion').textContent(), /^\d+\.\d ms/);
+
+    if (BOTH) {
+      // Switch to the low-latency model mid-session, with the same target voice.
+      const before = stats.latency_ms.algorithmic;
+      await page.selectOption('#voice', 'meanvc2-40ms');
+      try {
+        await page.waitForFunction(() => window.voxpipe.lastReady && window.voxpipe.lastReady.voice === 'meanvc2-40ms', null, { timeout: 10_000 });
+        await page.waitForFunction(() => window.voxpipe.lastStats && window.voxpipe.lastStats.voice === 'meanvc2-40ms', null, { timeout: 10_000 });
+      } catch {
+        assert.fail(await diagnose('no switch to meanvc2-40ms'));
+      }
+      const ready = await page.evaluate(() => window.voxpipe.lastReady);
+      const after = await page.evaluate(() => window.voxpipe.lastStats.latency_ms.algorithmic);
+      t.diagnostic(`algorithmic latency: meanvc2 ${before} ms in stats; meanvc2-40ms ${after} ms in stats, ${ready.algorithmic_latency_ms} ms in ready (listed ${latencyOf('meanvc2-40ms')} ms)`);
+      assert.ok(after < before, `the 40 ms model's algorithmic latency ${after} ms is not below the 120 ms model's ${before} ms`);
+      assert.equal(Math.round(ready.algorithmic_latency_ms), latencyOf('meanvc2-40ms'), 'the picker lists another latency than the session reports');
+      if ((await page.locator('#status').getAttribute('data-kind')) === 'error') assert.fail(await diagnose('the page shows an error'));
+    }
 
     await page.click('#start');
     await page.waitForFunction(() => window.voxpipe.state === 'idle', null, { timeout: 5000 });

@@ -32,6 +32,8 @@ const ui = {
   latAlgo: $('lat-algo'),
   rtt: $('rtt'),
   jb: $('jb'),
+  queue: $('queue'),
+  cushion: $('cushion'),
   lateDropped: $('late-dropped'),
   loss: $('loss'),
   remote: $('remote'),
@@ -59,8 +61,17 @@ const PING_INTERVAL_MS = 20000;
 // Voices known to take the pitch/formant parameters. The server refuses parameters for a
 // voice that has none (bad_params), so other voices are sent without them.
 const TUNABLE_VOICES = new Set(['dsp']);
-// Voices whose target is a reference clip from the voice library, sent as `ref`.
+// Voices whose target is a reference clip from the voice library, sent as `ref`: those the
+// server lists with needs_ref (GET /v1/voices "live_voices"), and every MeanVC2 voice
+// (meanvc2, meanvc2-120ms, meanvc2-40ms) should the list not have come.
 const REF_VOICES = new Set(['meanvc2']);
+function needsRef(name) {
+  const v = liveVoices.get(name);
+  if (v && typeof v.needs_ref === 'boolean') return v.needs_ref;
+  return REF_VOICES.has(name) || /^meanvc2(-|$)/.test(name);
+}
+// The server's details of its live voices by name: label, algorithmic latency, needs_ref.
+const liveVoices = new Map();
 
 let current = null; // the running session, or null
 let state = 'idle'; // idle | starting | connecting | connected | failed
@@ -133,7 +144,7 @@ function updateOutputs() {
   const tunable = TUNABLE_VOICES.has(ui.voice.value);
   ui.pitch.disabled = !tunable;
   ui.formant.disabled = !tunable;
-  ui.target.hidden = !REF_VOICES.has(ui.voice.value);
+  ui.target.hidden = !needsRef(ui.voice.value);
 }
 
 function micConstraints() {
@@ -159,12 +170,24 @@ function socketURL() {
   return `${scheme}//${location.host}/v1/rtc`;
 }
 
-function ensureVoiceOption(name) {
-  if (!name || [...ui.voice.options].some((o) => o.value === name)) return;
-  const opt = document.createElement('option');
-  opt.value = name;
-  opt.textContent = name;
-  ui.voice.append(opt);
+// voiceText is a voice's entry in the picker: its label and the algorithmic latency a
+// session with it reports, so a user can pick low latency or quality.
+export function voiceText(v) {
+  const label = v.label || v.name;
+  const lat = Number(v.algorithmic_latency_ms);
+  return lat > 0 ? `${label} — ${Math.round(lat)} ms` : label;
+}
+
+function ensureVoiceOption(name, text) {
+  if (!name) return;
+  let opt = [...ui.voice.options].find((o) => o.value === name);
+  if (!opt) {
+    opt = document.createElement('option');
+    opt.value = name;
+    opt.textContent = name;
+    ui.voice.append(opt);
+  }
+  if (text) opt.textContent = text;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -187,7 +210,7 @@ function sessionMessage() {
     };
   }
   // No ref: the server's default target voice (or an error saying one is needed).
-  if (REF_VOICES.has(msg.voice) && ui.ref.value) msg.ref = ui.ref.value;
+  if (needsRef(msg.voice) && ui.ref.value) msg.ref = ui.ref.value;
   return msg;
 }
 
@@ -437,6 +460,13 @@ function renderStats() {
   ui.jb.textContent = Number.isFinite(b.playout_ms)
     ? `${fmtMs(b.jitter_buffer_ms, 1)} + ${fmtMs(b.playout_ms, 1)} out`
     : fmtMs(b.jitter_buffer_ms, 1);
+  const q = st.queue || {};
+  ui.queue.textContent = fmtMs(q.depth_ms, 1);
+  // The adaptive output cushion the server holds against slow model steps (and what it has
+  // trimmed, in all, to shrink it back).
+  ui.cushion.textContent = Number.isFinite(q.output_buffer_ms)
+    ? fmtMs(q.output_buffer_ms, 1) + (q.trimmed_ms > 0 ? ` (${Math.round(q.trimmed_ms)} ms trimmed)` : '')
+    : '–';
   if (lastStats) {
     ui.lateDropped.textContent =
       `${st.late_chunks ?? 0} / ${st.dropped_chunks ?? 0}` + (st.dropped_ms ? ` (${Math.round(st.dropped_ms)} ms)` : '');
@@ -630,7 +660,7 @@ if (query.get('voice')) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Voice library: target voices for REF_VOICES
+// Voice library: target voices for the voices that need one (needsRef)
 
 function setRefMsg(text, kind = 'info') {
   ui.refMsg.textContent = text;
@@ -659,6 +689,11 @@ async function loadVoices(select) {
     const r = await fetch(withToken('/v1/voices'));
     const list = r.ok ? await r.json() : null;
     const wanted = query.get('voice');
+    for (const v of list?.live_voices ?? []) {
+      if (!v || !v.name) continue;
+      liveVoices.set(v.name, v);
+      ensureVoiceOption(v.name, voiceText(v));
+    }
     for (const v of list?.processors ?? []) ensureVoiceOption(v);
     if (wanted && [...ui.voice.options].some((o) => o.value === wanted)) ui.voice.value = wanted;
     fillRefs(list?.voices, select);
@@ -746,6 +781,9 @@ window.voxpipe = {
   },
   get voicesLoaded() {
     return voicesLoaded;
+  },
+  get liveVoices() {
+    return Object.fromEntries(liveVoices);
   },
   outputLevel,
   start,
