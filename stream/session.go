@@ -14,8 +14,9 @@ type Config struct {
 	// IORate is the sample rate of the audio pushed in and pulled out (48 kHz for WebRTC).
 	IORate int
 	// MaxQueue bounds the processed audio waiting to be pulled, beyond one processor chunk
-	// (and, in a Live session, beyond the longest recent step: the work queued behind a slow
-	// step lands at once); older audio is dropped with a crossfade (default 100 ms).
+	// (and, in a Live session, beyond twice the longest recent step: the work queued behind a
+	// slow step lands at once, on top of the cushion that covered for it); older audio is
+	// dropped with a crossfade (default 100 ms).
 	MaxQueue time.Duration
 	// Crossfade is the length of the crossfades at drops and processor swaps (default 5 ms).
 	Crossfade time.Duration
@@ -95,7 +96,8 @@ type Session struct {
 	started  bool // output has begun (underflows count from here)
 	cushion  cushion
 	// slowStep is the longest recent step of a Live session, in IO samples: after such a
-	// step the work that queued behind it lands at once, and that is not stale audio.
+	// step the work that queued behind it lands at once on top of the cushion that covered
+	// for it (as long again), and that is not stale audio.
 	slowStep int
 
 	stats Stats
@@ -341,7 +343,7 @@ func (s *Session) emit(out []float32) {
 	s.produced += int64(len(out))
 	s.stats.Produced += s.samplesToDuration(len(out))
 	chunkIO := s.info.ChunkSize * s.cfg.IORate / s.info.SampleRate
-	limit := chunkIO + int(s.cfg.MaxQueue.Seconds()*float64(s.cfg.IORate)) + s.slowStep
+	limit := chunkIO + int(s.cfg.MaxQueue.Seconds()*float64(s.cfg.IORate)) + 2*s.slowStep
 	if excess := s.out.Len() - chunkIO; s.out.Len() > limit {
 		n := s.out.DiscardCrossfade(excess, s.xfade)
 		s.stats.DroppedChunks++
