@@ -20,6 +20,11 @@ type ProcessorInfo struct {
 	// Overlap is the number of samples at the start of each output chunk that overlap the
 	// end of the previous chunk and are crossfaded with it by the session (0: contiguous).
 	Overlap int
+	// Cushion is the output (samples at SampleRate) a live session should have queued before
+	// it starts playing: what the processor's slowest chunks take to compute beyond their own
+	// duration, as measured when it was made (0: none). Without it the first slow chunks
+	// would each leave the listener a gap while the session's cushion grows to cover them.
+	Cushion int
 }
 
 // Processor transforms audio chunk by chunk. It is driven by one goroutine at a time.

@@ -136,7 +136,7 @@ func NewSession(cfg Config, name string, proc Processor) (*Session, error) {
 // install wires proc in with resamplers for its rate.
 func (s *Session) install(name string, proc Processor) error {
 	info := proc.Info()
-	if info.SampleRate <= 0 || info.ChunkSize <= 0 || info.Latency < 0 || info.Overlap < 0 {
+	if info.SampleRate <= 0 || info.ChunkSize <= 0 || info.Latency < 0 || info.Overlap < 0 || info.Cushion < 0 {
 		return fmt.Errorf("stream: voice %q: invalid processor info %+v", name, info)
 	}
 	var up, down *dsp.Resampler
@@ -161,6 +161,11 @@ func (s *Session) install(name string, proc Processor) error {
 	s.tail = s.tail[:0]
 	s.procOut = growCap(s.procOut, info.ChunkSize+info.Overlap)
 	return nil
+}
+
+// cushionIO is the processor's start cushion in IORate samples.
+func (s *Session) cushionIO() int {
+	return int(int64(s.info.Cushion) * int64(s.cfg.IORate) / int64(s.info.SampleRate))
 }
 
 // latencyIO is the processor's latency in IORate samples.
@@ -357,6 +362,10 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.trim(len(dst))
+	if !s.started && s.out.Len() < len(dst)+s.cushionIO() {
+		clear(dst) // hold the start until the processor's cushion is queued
+		return 0
+	}
 	head := s.produced - int64(s.out.Len())
 	n := s.out.Read(dst)
 	clear(dst[n:])

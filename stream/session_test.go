@@ -317,3 +317,45 @@ func TestSessionTrimsAnUnusedCushion(t *testing.T) {
 		t.Errorf("%d underflows counted after the input stopped", st.Underflows-under)
 	}
 }
+
+// cushioned is a passthrough that asks for a start cushion.
+type cushioned struct {
+	*Delay
+	cushion int
+}
+
+func (c cushioned) Info() ProcessorInfo {
+	i := c.Delay.Info()
+	i.Cushion = c.cushion
+	return i
+}
+
+// A processor's start cushion holds the output back until that much is queued beyond the
+// first pull; the wait shows in the measured latency, and playing then goes on as usual.
+func TestSessionHoldsTheStartCushion(t *testing.T) {
+	const rate = 48000
+	block := rate / 50
+	s, err := NewSession(Config{IORate: rate, MaxQueue: time.Second}, "cushioned", cushioned{NewDelay(rate, block, 0), 3 * block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]float32, block)
+	x := sine(block, rate, 440)
+	t0 := time.Unix(0, 0)
+	started := -1
+	for k := range 20 {
+		at := t0.Add(time.Duration(k) * time.Second / 50)
+		if err := s.Push(x, at); err != nil {
+			t.Fatal(err)
+		}
+		if n := s.Pull(buf, at.Add(time.Second/50)); n > 0 && started < 0 {
+			started = k
+		}
+	}
+	if started != 3 {
+		t.Errorf("output began at pull %d, want 3 (after a 3-block cushion)", started)
+	}
+	if st := s.Stats(); st.Latency != 80*time.Millisecond || st.Underflows != 0 {
+		t.Errorf("latency %v (want 80 ms: the block, the 60 ms cushion), %d underflows", st.Latency, st.Underflows)
+	}
+}
