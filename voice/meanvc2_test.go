@@ -128,6 +128,9 @@ func testStreamDelayed(t *testing.T, folder string) {
 			given++
 		}
 	}
+	if want := m.LiveGivenUp(320); given != want {
+		t.Errorf("%d first-chunk samples given up, LiveGivenUp says %d", given, want)
+	}
 	t.Logf("%d chunks: stream gave %d samples, adapter %d (priming %d = %.0f ms, latency %d = %.0f ms, %d first-chunk samples given up)",
 		len(src)/chunk, len(want), len(got), prime, float64(prime)/16, info.Latency, float64(info.Latency)/16, given)
 	if rms(want) < 1e-4 {

@@ -17,44 +17,71 @@ func (m *Model) LiveSchedule(piece int) (delay int, spread bool) {
 }
 
 // LiveDelay is the playout delay the live path needs, in samples: a stream fed piece
-// samples at a time through Write (SpreadSteps set to spread), with the audio of each call handed on in order, needs
-// this much audio buffered ahead of the first output so that a player taking piece samples
-// per call never runs dry — were the model's compute instantaneous (what it adds on top is
-// measured where it runs). It is the cost of the reference's schedule alone: content frames
-// arrive a window at a time (every 80 ms for the 40 ms model, 160 ms for the 120 ms one) and
-// a DiT step needs its lookahead block, so output comes in bursts.
+// samples at a time through Write (SpreadSteps set to spread), with the audio of each call
+// handed on in order, needs this much audio buffered ahead of the first output so that a
+// player taking piece samples per call never runs dry — were the model's compute
+// instantaneous (what it adds on top is measured where it runs). It is the cost of the
+// reference's schedule alone: content frames arrive a window at a time (every 80 ms for the
+// 40 ms model, 160 ms for the 120 ms one) and a DiT step needs its lookahead block, so
+// output comes in bursts.
 //
 // It is found by running the stream's own scheduling code on a dry stream — no model, just
-// the counts — over a dozen chunks (the schedule repeats every few).
+// the counts — over a dozen chunks (the schedule repeats every few). The first chunk is
+// aligned differently (no carried frames, no previous BN frame) and its output comes later;
+// the delay is the steady schedule's, and LiveGivenUp counts what the first chunk loses.
 func (m *Model) LiveDelay(piece int, spread bool) int {
+	delay, _ := m.liveRun(piece, spread)
+	return delay
+}
+
+// LiveGivenUp is the number of output samples at the start of a live stream (LiveSchedule's
+// schedule, piece samples a call) that come after their turn to be played and are given up
+// for silence: the first chunk's, which the steady schedule's delay does not cover.
+func (m *Model) LiveGivenUp(piece int) int {
+	_, spread := m.LiveSchedule(piece)
+	_, given := m.liveRun(piece, spread)
+	return given
+}
+
+// liveRun runs the dry schedule: the delay from the second chunk on, and how many output
+// samples, with that delay, come after their turn (output sample j is handed out by call
+// ⌊(j+delay)/piece⌋+1).
+func (m *Model) liveRun(piece int, spread bool) (delay, given int) {
 	if piece <= 0 {
-		return 0
+		return 0, 0
 	}
+	rt := m.Config.Runtime
+	warmup, total := 2*rt.ChunkSamples, 12*rt.ChunkSamples
+	in := make([]float32, piece)
+	var ready []int // output length after each call
 	s, err := m.dryStream()
 	if err != nil {
-		return m.OutputSlack() // cannot happen for a loaded model; the whole-chunk bound
+		return m.OutputSlack(), 0 // cannot happen for a loaded model; the whole-chunk bound
 	}
 	s.spread = spread
-	// The first chunk is aligned differently (no carried frames, no previous BN frame) and
-	// its output comes late; the live path gives its first samples up (Delay's debt) rather
-	// than delay the whole stream for them. From the second chunk on the schedule repeats.
-	warmup := 2 * m.Config.Runtime.ChunkSamples
-	total := 12 * m.Config.Runtime.ChunkSamples
-	in := make([]float32, piece)
 	var out []float32
-	delay := 0
 	for k := 1; (k-1)*piece < total; k++ {
 		before := len(out)
 		if out, err = s.Write(out, in); err != nil {
-			return m.OutputSlack()
+			return m.OutputSlack(), 0
 		}
+		ready = append(ready, len(out))
 		if len(out) > before && (k-1)*piece >= warmup {
-			// The first sample of this burst is played (k−1)·piece samples into the stream
-			// when the player runs `delay` behind; it must be there by then.
+			// The first sample of this burst is handed out (k−1)·piece samples into the
+			// stream when the player runs `delay` behind; it must be there by then.
 			delay = max(delay, (k-1)*piece-before)
 		}
 	}
-	return delay
+	prev := 0
+	for k, n := range ready { // call k+1 produced samples [prev, n)
+		for j := prev; j < n; j++ {
+			if (j+delay)/piece+1 < k+1 {
+				given++
+			}
+		}
+		prev = n
+	}
+	return delay, given
 }
 
 // dryStream is a Stream that runs only the scheduling: ASR windows give zero BN frames and
