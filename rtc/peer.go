@@ -336,7 +336,7 @@ func (p *peer) release(keep ...stream.Processor) {
 
 // answer negotiates the peer connection for an offer and sends the answer.
 func (p *peer) answer(ctx context.Context, offer string) error {
-	pc, err := p.srv.api.NewPeerConnection(webrtc.Configuration{})
+	pc, err := p.srv.api.NewPeerConnection(webrtc.Configuration{ICEServers: p.srv.cfg.ICEServers})
 	if err != nil {
 		return err
 	}

@@ -42,7 +42,11 @@ type Config struct {
 	Loopback  bool
 	PublicIPs []string
 	UDPPort   int
-	Logger    *slog.Logger
+	// ICEServers are STUN and TURN servers for the server's own candidates (a TURN relay
+	// when it sits behind a NAT that 1:1 advertising cannot cross); the pages get the same
+	// list (ICEConfig) for theirs.
+	ICEServers []webrtc.ICEServer
+	Logger     *slog.Logger
 	// OnSession, if set, is told about every session that starts and ends (for metrics).
 	OnSession func(id string, started bool)
 	// OnStats, if set, gets every live session's once-a-second report (for metrics and the
@@ -209,4 +213,19 @@ func (s *Server) Close() error {
 		return s.udpMux.Close()
 	}
 	return nil
+}
+
+// ICEConfig is what browsers need of the server's ICE setup: GET /v1/rtc/config.
+func (s *Server) ICEConfig() map[string]any {
+	type server struct {
+		URLs       []string `json:"urls"`
+		Username   string   `json:"username,omitempty"`
+		Credential string   `json:"credential,omitempty"`
+	}
+	list := []server{}
+	for _, is := range s.cfg.ICEServers {
+		c, _ := is.Credential.(string)
+		list = append(list, server{URLs: is.URLs, Username: is.Username, Credential: c})
+	}
+	return map[string]any{"ice_servers": list}
 }

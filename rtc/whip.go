@@ -233,7 +233,7 @@ func (s *Server) WHEP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "session "+session+" has not negotiated its media yet", http.StatusConflict)
 		return
 	}
-	pc, err := s.api.NewPeerConnection(webrtc.Configuration{})
+	pc, err := s.api.NewPeerConnection(webrtc.Configuration{ICEServers: s.cfg.ICEServers})
 	if err != nil {
 		s.dropViewer(vid)
 		release()

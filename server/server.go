@@ -38,6 +38,7 @@ func New(c Config) http.Handler {
 	live := newCatalog(c.RTC, c.Voices, c.VoiceDetails)
 	// Live voice over WebRTC (docs/protocol.md).
 	mux.Handle("/v1/rtc", c.RTC)
+	mux.HandleFunc("GET /v1/rtc/config", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.RTC.ICEConfig()) })
 	mux.HandleFunc("POST /v1/whip", c.RTC.WHIP)
 	mux.HandleFunc("DELETE /v1/whip/{id}", c.RTC.WHIPDelete)
 	mux.HandleFunc("POST /v1/whep/{session}", c.RTC.WHEP)
@@ -72,10 +73,11 @@ func New(c Config) http.Handler {
 	if !c.Keys.Enabled() {
 		h = auth.GuardLocal(h) // loopback only: refuse DNS-rebound hosts and cross-site posts
 	}
-	// With keys, everything but the pages and the health check needs one.
-	return c.Keys.Middleware(h, func(path string) bool {
+	// With keys, everything but the pages and the health check needs one; WHIP and WHEP
+	// answer browsers' preflights first.
+	return whipCORS(c.Keys.Middleware(h, func(path string) bool {
 		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics"
-	})
+	}))
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,11 @@ type serveOptions struct {
 	ttsWait                                          time.Duration
 	vcModels                                         []string // MeanVC2 model files, one per variant
 	vcRef                                            string
+	tlsCert, tlsKey                                  string
+	tlsSelfSigned                                    bool
+	iceURLs                                          []string // --ice-server
+	iceUsername, iceCredential                       string
+	tls                                              *tls.Config // from the three above (tlsConfig)
 	apiKeys, adminKeys                               []string
 	obsURL, obsInput                                 string
 	sessionsPerKey                                   int
@@ -69,6 +75,12 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.ttsSlots, "tts-slots", 2, "concurrent TTS streams per model; more wait in line, then get busy/503")
 	fs.DurationVar(&o.ttsWait, "tts-queue", 2*time.Second, "how long a TTS request waits for a free slot")
 	fs.Var((*listFlag)(&o.vcModels), "vc-model", "MeanVC2 model `FILE` (GGUF), either variant; repeat the flag or comma-separate to load both: each adds the live voice meanvc2-<variant> (meanvc2-120ms: quality, meanvc2-40ms: low latency) and meanvc2 names the first; a target voice is a reference clip")
+	fs.Var((*listFlag)(&o.iceURLs), "ice-server", "a STUN or TURN `URL` (stun:HOST:PORT, turn:HOST:PORT?transport=udp) for the server's and its pages' ICE; repeat or comma-separate")
+	fs.StringVar(&o.iceUsername, "ice-username", "", "username for the TURN --ice-server")
+	fs.StringVar(&o.iceCredential, "ice-credential", "", "credential for the TURN --ice-server (also $VOXPIPE_ICE_CREDENTIAL)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM, full chain) and --tls-key: browsers allow the microphone only on https:// or localhost")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "the private key (PEM) of --tls-cert")
+	fs.BoolVar(&o.tlsSelfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed certificate for this machine's names and addresses, kept next to the voice library (browsers warn once; compare the printed fingerprint)")
 	fs.StringVar(&o.obsURL, "obs", "", "obs-websocket v5 address (ws://localhost:4455): keep --obs-input's audio sync offset at the live voice's measured latency; password from $OBS_WEBSOCKET_PASSWORD")
 	fs.StringVar(&o.obsInput, "obs-input", "voxpipe", "the OBS input (source name) whose sync offset --obs sets")
 	fs.StringVar(&o.vcRef, "vc-ref", "", "default MeanVC2 target voice (every variant) when a session names none: a WAV clip, or a voice library id or name")
@@ -111,6 +123,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var fingerprint string
+	if o.tls, fingerprint, err = tlsConfig(o, filepath.Join(filepath.Dir(filepath.Clean(o.voicesDir)), "tls")); err != nil {
+		return err
+	}
 	a, err := newApp(o, log, stdout)
 	if err != nil {
 		return err
@@ -140,7 +156,14 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(stdout, "voxpipe serving on http://%s (voice %q) — open it in a browser; Ctrl-C stops\n", ln.Addr(), o.voice)
+	scheme := "http"
+	if o.tls != nil {
+		scheme = "https"
+		if o.tlsSelfSigned {
+			fmt.Fprintf(stdout, "TLS: self-signed certificate, SHA-256 fingerprint %s (the browser warns once; check the fingerprint it shows)\n", fingerprint)
+		}
+	}
+	fmt.Fprintf(stdout, "voxpipe serving on %s://%s (voice %q) — open it in a browser; Ctrl-C stops\n", scheme, ln.Addr(), o.voice)
 	serving = true
 	return serve(ctx, o, ln, a, log)
 }
@@ -225,6 +248,10 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	if o.publicIP != "" {
 		ips = strings.Split(o.publicIP, ",")
 	}
+	ice, err := iceServers(o.iceURLs, o.iceUsername, o.iceCredential)
+	if err != nil {
+		return nil, err
+	}
 	onStats := met.VCStats
 	if o.obsURL != "" {
 		octx, cancel := context.WithCancel(context.Background())
@@ -237,7 +264,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	met.Scheduler(sched)
 	srv, err := rtc.NewServer(rtc.Config{Scheduler: sched,
 		Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice, Jitter: buffers.JitterConfig{Target: o.jitter},
-		Loopback: o.loopback, PublicIPs: ips, UDPPort: o.udpPort, Logger: log,
+		Loopback: o.loopback, PublicIPs: ips, UDPPort: o.udpPort, ICEServers: ice, Logger: log,
 		OnSession: met.VCSession, OnStats: onStats,
 		Synthesizers: synths, TTSAdmission: ttsSrv.Admission, Sessions: sessions,
 	})

@@ -62,7 +62,12 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, a *app, log *sl
 		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn), // handler panics, accept errors
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(lim) }()
+	if o.tls != nil {
+		hs.TLSConfig = o.tls
+		go func() { errc <- hs.ServeTLS(lim, "", "") }()
+	} else {
+		go func() { errc <- hs.Serve(lim) }()
+	}
 	select {
 	case err := <-errc:
 		a.close()

@@ -2,6 +2,7 @@
 
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -26,12 +27,26 @@ export function freePort() {
   });
 }
 
-// startServer runs `voxpipe serve` with extra arguments until /healthz answers.
-export async function startServer(args = []) {
+// healthy reports whether url/healthz answers 200 (over HTTPS without checking the
+// certificate: the tests' servers are self-signed).
+function healthy(url) {
+  if (!url.startsWith('https:')) return fetch(url + '/healthz').then((r) => r.ok);
+  return new Promise((resolve, reject) => {
+    https.get(url + '/healthz', { rejectUnauthorized: false }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    }).on('error', reject);
+  });
+}
+
+// startServer runs `voxpipe serve` with extra arguments until /healthz answers; host is the
+// address it listens on, tls serves HTTPS with a self-signed certificate.
+export async function startServer(args = [], { host = '127.0.0.1', tls = false } = {}) {
   if (!existsSync(SERVER_BIN)) {
     throw new Error(`server binary ${SERVER_BIN} not found: build it first (go build -o bin/voxpipe ./cmd/voxpipe)`);
   }
-  const listen = `127.0.0.1:${await freePort()}`;
+  const listen = `${host}:${await freePort()}`;
+  if (tls) args = [...args, '--tls-self-signed'];
   const proc = spawn(SERVER_BIN, ['serve', '--listen', listen, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   const keep = (c) => {
@@ -40,11 +55,11 @@ export async function startServer(args = []) {
   };
   proc.stdout.on('data', keep);
   proc.stderr.on('data', keep);
-  const url = `http://${listen}`;
+  const url = `${tls ? 'https' : 'http'}://${listen}`;
   for (const deadline = Date.now() + 20_000; Date.now() < deadline; await sleep(100)) {
     if (proc.exitCode !== null) throw new Error(`server exited early:\n${log}`);
     try {
-      if ((await fetch(url + '/healthz')).ok) {
+      if (await healthy(url)) {
         return {
           proc, url, output: () => log,
           async stop() {
@@ -64,7 +79,7 @@ export async function startServer(args = []) {
 }
 
 // launch starts headless Chromium; a fake microphone plays wav when given.
-export function launch(wav) {
+export function launch(wav, extraArgs = []) {
   if (!existsSync(CHROMIUM)) {
     throw new Error(`Chromium not found at ${CHROMIUM}. Install it (Debian: apt-get install -y chromium) ` +
       'or point CHROMIUM_PATH at a Chromium binary. The browser tests do not skip without it.');
@@ -73,6 +88,7 @@ export function launch(wav) {
   const args = ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
     '--disable-component-update', '--disable-sync', '--no-first-run', '--autoplay-policy=no-user-gesture-required',
     '--disable-features=WebRtcHideLocalIpsWithMdns'];
+  args.push(...extraArgs);
   if (wav) args.push('--use-fake-ui-for-media-stream', '--use-fake-device-for-media-stream', `--use-file-for-fake-audio-capture=${wav}`);
   return chromium.launch({ executablePath: CHROMIUM, args });
 }

@@ -156,13 +156,22 @@ function micConstraints() {
   };
 }
 
-function iceServers() {
-  return query
+// iceServers are the server's STUN/TURN servers (serve --ice-server, GET /v1/rtc/config)
+// and any the URL adds (?stun=HOST:PORT).
+async function iceServers() {
+  const fromURL = query
     .getAll('stun')
     .flatMap((v) => v.split(','))
     .map((v) => v.trim())
     .filter(Boolean)
     .map((v) => ({ urls: /^stuns?:/.test(v) ? v : `stun:${v}` }));
+  try {
+    const r = await fetch(withToken('/v1/rtc/config'));
+    if (r.ok) return [...((await r.json()).ice_servers || []), ...fromURL];
+  } catch {
+    // an older server: the URL's alone
+  }
+  return fromURL;
 }
 
 function socketURL() {
@@ -585,7 +594,12 @@ export async function start() {
       return;
     }
 
-    const pc = new RTCPeerConnection({ iceServers: iceServers(), bundlePolicy: 'max-bundle' });
+    const ice = await iceServers();
+    if (s !== current) {
+      for (const t of s.stream.getTracks()) t.stop();
+      return;
+    }
+    const pc = new RTCPeerConnection({ iceServers: ice, bundlePolicy: 'max-bundle' });
     s.pc = pc;
     pc.addTransceiver(s.stream.getAudioTracks()[0], { direction: 'sendrecv', streams: [s.stream] });
     pc.ontrack = (ev) => onTrack(s, ev);

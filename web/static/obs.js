@@ -41,7 +41,14 @@ async function connect() {
     show('error', 'add ?session=ID (the session id of the voice changer or a WHIP sender)');
     return;
   }
-  const pc = new RTCPeerConnection();
+  let iceServers = []; // the server's STUN/TURN servers (serve --ice-server)
+  try {
+    const r = await fetch(`/v1/rtc/config${token ? `?token=${encodeURIComponent(token)}` : ''}`);
+    if (r.ok) iceServers = (await r.json()).ice_servers || [];
+  } catch {
+    // none
+  }
+  const pc = new RTCPeerConnection({ iceServers });
   pc.addTransceiver('audio', { direction: 'recvonly' });
   pc.ontrack = (ev) => {
     const stream = ev.streams[0] || new MediaStream([ev.track]);
