@@ -11,8 +11,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: build ## build and start the server on http://localhost:8080 (LISTEN=host:port to change)
 	./$(BIN) serve --listen $(LISTEN)
 
+# The commit `voxpipe version` prints, for toolchains that do not stamp it.
+COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null)
+
 build: deps
-	$(GO) build -o $(BIN) ./cmd/voxpipe
+	$(GO) build -ldflags "-X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/voxpipe
 
 # Install missing Debian packages (only those missing, so a ready machine skips apt entirely).
 deps:

@@ -295,10 +295,14 @@ pieces:
 		req := c.req
 		req.Text = piece
 		t0 := time.Now()
-		n, err := k.s.synthesize(c.ctx, c.syn, req, c.enc, sendAudio)
+		// Samples are counted as they are made, so a cancel's done reports the audio so far.
+		_, err := k.s.synthesize(c.ctx, c.syn, req, c.enc, sendAudio, func(n int) {
+			c.mu.Lock()
+			c.samples += n
+			c.mu.Unlock()
+		})
 		c.mu.Lock()
 		c.busy += time.Since(t0)
-		c.samples += n
 		c.mu.Unlock()
 		if err != nil {
 			if c.ctx.Err() != nil {

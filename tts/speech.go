@@ -178,7 +178,7 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		}
 		return first(b)
 	}
-	n, err := s.synthesize(ctx, syn, sr, enc, send)
+	n, err := s.synthesize(ctx, syn, sr, enc, send, nil)
 	if err == nil {
 		audio := time.Duration(n) * time.Second / time.Duration(syn.Info().SampleRate)
 		s.done(syn.Info().Name, ttfa, audio, time.Since(start))

@@ -221,6 +221,11 @@ func TestCancelStopsAudio(t *testing.T) {
 			if !m.Canceled {
 				t.Errorf("done without canceled: %+v", m)
 			}
+			// The audio made before the cancel is reported (it was 0 while the piece
+			// being spoken was still running).
+			if m.Metrics == nil || m.Metrics.AudioMs <= 0 {
+				t.Errorf("cancel's done reports no audio after audio was sent: %+v", m.Metrics)
+			}
 			break
 		}
 		after++

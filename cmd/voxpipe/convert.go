@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -30,6 +31,9 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 2 {
 		fs.Usage()
 		return errors.New("need IN.wav and OUT.wav")
+	}
+	if !strings.EqualFold(filepath.Ext(pos[1]), ".wav") {
+		return fmt.Errorf("%s: only WAV files are written (name it .wav)", pos[1])
 	}
 	in, err := wav.ReadFile(pos[0])
 	if err != nil {

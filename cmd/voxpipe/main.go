@@ -26,6 +26,7 @@ var commands = []command{
 	{"bench", "benchmarks: bench loopback --sessions N --seconds S --json", runBench},
 	{"golden", "check a model family against its golden reference outputs: golden --family miotts", runGolden},
 	{"inspect", "show a GGUF model file: metadata, embedded files, tensors", runInspect},
+	{"version", "print the version, the commit it was built from and the Go and CPU it runs on", runVersion},
 }
 
 func usage(w io.Writer) {
@@ -33,7 +34,7 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'voxpipe COMMAND -h' for the flags of a command.")
+	fmt.Fprintln(w, "\nRun 'voxpipe help COMMAND' (or 'voxpipe COMMAND -h') for the flags of a command.")
 }
 
 func main() {
@@ -41,9 +42,15 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" && len(args) == 1 {
 		usage(stdout)
 		return 0
+	}
+	switch {
+	case args[0] == "--version":
+		args = []string{"version"}
+	case args[0] == "help": // help COMMAND: that command's flags
+		args = []string{args[1], "-h"}
 	}
 	for _, c := range commands {
 		if c.name == args[0] {

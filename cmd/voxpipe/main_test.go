@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -204,6 +205,33 @@ func TestTTSCommand(t *testing.T) {
 	} {
 		if _, stderr, code := runCmd(t, c.args...); code == 0 || !strings.Contains(stderr, c.msg) {
 			t.Errorf("%v: exit %d, %q (want %q)", c.args, code, stderr, c.msg)
+		}
+	}
+}
+
+// First contact: version, help COMMAND, and clear errors for a bare port and for output
+// files voxpipe would not write in the format their name says.
+func TestFirstContact(t *testing.T) {
+	stdout, _, code := runCmd(t, "version")
+	if code != 0 || !strings.Contains(stdout, "voxpipe ") || !strings.Contains(stdout, runtime.Version()) {
+		t.Errorf("version: exit %d %q", code, stdout)
+	}
+	if again, _, _ := runCmd(t, "--version"); again != stdout {
+		t.Errorf("--version %q differs from version %q", again, stdout)
+	}
+	if _, stderr, code := runCmd(t, "help", "convert"); code != 0 || !strings.Contains(stderr, "Usage: voxpipe convert") || !strings.Contains(stderr, "-voice") {
+		t.Errorf("help convert: exit %d %q", code, stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--listen", "8080"}, "expected HOST:PORT"},
+		{[]string{"tts", "--model", "m.gguf", "--codec", "c.gguf", "--voice", "r.wav", "-o", "out.mp3", "hello"}, "only WAV files are written"},
+		{[]string{"convert", "in.wav", "out.mp3"}, "only WAV files are written"},
+	} {
+		if _, stderr, code := runCmd(t, tc.args...); code == 0 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q", tc.args, code, stderr)
 		}
 	}
 }

@@ -112,6 +112,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 			o.adminKeys = append(o.adminKeys, strings.Split(list, ",")...)
 		}
 	}
+	if _, port, err := net.SplitHostPort(o.listen); err != nil || port == "" {
+		return fmt.Errorf("--listen %q: expected HOST:PORT, e.g. localhost:8080 (this machine only) or 0.0.0.0:8080 (every address; needs API keys)", o.listen)
+	}
 	keys, err := auth.NewKeys(o.apiKeys, o.adminKeys...)
 	if err != nil {
 		return err

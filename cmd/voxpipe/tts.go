@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -61,6 +62,8 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	case *out == "":
 		fs.Usage()
 		return errors.New("-o OUT.wav (or -o - for raw PCM on stdout) is required")
+	case *out != "-" && !strings.EqualFold(filepath.Ext(*out), ".wav"):
+		return fmt.Errorf("-o %s: only WAV files are written (name it .wav), or - for raw PCM on stdout", *out)
 	case strings.TrimSpace(text) == "":
 		fs.Usage()
 		return errors.New("no text given")
