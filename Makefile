@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/voxpipe
 LISTEN  ?= localhost:8080
 # Debian packages the build needs (cgo: Opus via hraban/opus; OpenBLAS for the engine's GEMM).
-BUILD_PKGS := libopus-dev libopusfile-dev libopenblas-dev pkg-config gcc
+BUILD_PKGS := libopus-dev libopusfile-dev libopenblas-dev libmp3lame-dev pkg-config gcc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: run build test test-go test-web bench bench-models fuzz deps test-deps clean

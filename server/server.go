@@ -46,6 +46,12 @@ func New(c Config) http.Handler {
 	// Text to speech.
 	mux.Handle("/v1/tts/ws", c.TTS)
 	mux.HandleFunc("/v1/audio/speech", c.TTS.Speech)
+	mux.HandleFunc("GET /v1/models", c.TTS.Models)
+	mux.HandleFunc("GET /v1/models/{id}", c.TTS.Models)
+	// Anything else under /v1/ answers in JSON too, as API clients expect.
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		auth.WriteError(w, http.StatusNotFound, "not_found", "no endpoint "+r.Method+" "+r.URL.Path+" (docs/api.md lists them)")
+	})
 	// Voices: the catalog and the library (docs/api.md).
 	mux.HandleFunc("GET /v1/voices", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"voices": c.Library.List(auth.PrincipalOf(r.Context())), "processors": c.Voices.Names(),

@@ -41,6 +41,10 @@ type Config struct {
 	OnSession func(mode string, started bool)
 	OnDone    func(model string, ttfa, audio time.Duration, rtf float64)
 	OnReject  func(model, reason string)
+	// VoiceAliases map voice names of the speech endpoint to voices (a library voice, or ""
+	// for the default): OpenAI's voice names (alloy, nova, …) are the default voice unless
+	// mapped here.
+	VoiceAliases map[string]string
 }
 
 // Server serves the TTS WebSocket (ServeHTTP) and the OpenAI speech endpoint (Speech).

@@ -20,8 +20,10 @@ type SpeechRequest struct {
 	Model          string   `json:"model"`
 	Input          string   `json:"input"`
 	Voice          string   `json:"voice"`
-	ResponseFormat string   `json:"response_format"` // wav (default: mp3 is not offered), pcm, opus, mulaw
+	ResponseFormat string   `json:"response_format"` // mp3 (default), wav, pcm, opus, mulaw
 	Speed          *float64 `json:"speed"`
+	Instructions   string   `json:"instructions"`  // accepted and ignored: MioTTS takes no style prompt
+	StreamFormat   string   `json:"stream_format"` // audio (default): the bytes; sse: Server-Sent Events
 	// Extensions: output rate for pcm/wav/mulaw and sampling settings.
 	SampleRate int      `json:"sample_rate"`
 	Options    *Options `json:"options"`
@@ -72,7 +74,9 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 	}
 	f := audioout.Format{SampleRate: req.SampleRate}
 	switch req.ResponseFormat {
-	case "", "wav":
+	case "", "mp3":
+		f.Encoding = audioout.MP3 // OpenAI's default
+	case "wav":
 		f.Encoding = audioout.WAV
 	case "pcm":
 		f.Encoding = audioout.PCM // OpenAI's pcm: 24 kHz 16-bit little-endian mono by default
@@ -80,8 +84,20 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		f.Encoding = audioout.Opus
 	case "mulaw", "ulaw":
 		f.Encoding = audioout.MuLaw
+	case "flac", "aac":
+		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, fmt.Sprintf("response_format %q is not offered: use mp3, wav, opus, pcm or mulaw", req.ResponseFormat))
+		return
 	default:
-		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, fmt.Sprintf("response_format %q: use wav, pcm, opus or mulaw", req.ResponseFormat))
+		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, fmt.Sprintf("response_format %q: use mp3, wav, opus, pcm or mulaw", req.ResponseFormat))
+		return
+	}
+	sse := false
+	switch req.StreamFormat {
+	case "", "audio":
+	case "sse":
+		sse = true
+	default:
+		writeAPIError(w, http.StatusBadRequest, CodeBadMessage, fmt.Sprintf("stream_format %q: use audio or sse", req.StreamFormat))
 		return
 	}
 	if err := f.Validate(); err != nil {
@@ -98,7 +114,7 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, CodeBadMessage, fmt.Sprintf("speed %g: use 0.25 to 4", *sp))
 		return
 	}
-	syn, err := s.cfg.Synthesizers.Get(req.Model)
+	syn, err := s.synthesizerFor(req.Model)
 	if err != nil {
 		writeAPIError(w, http.StatusNotFound, CodeUnknownModel, err.Error())
 		return
@@ -116,7 +132,7 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(s.ctx, cancel)() // server shutdown ends the stream too
-	sr := stream.SynthRequest{Text: req.Input, Voice: req.Voice, Owner: auth.PrincipalOf(r.Context())}
+	sr := stream.SynthRequest{Text: req.Input, Voice: s.voiceFor(req.Voice), Owner: auth.PrincipalOf(r.Context())}
 	if o := req.Options; o != nil {
 		sr.Seed, sr.Temperature, sr.MaxTokens = o.Seed, o.Temperature, o.MaxTokens
 	}
@@ -147,8 +163,15 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		if !started {
 			started = true
 			w.Header().Set("Content-Type", f.ContentType())
+			if sse {
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.Header().Set("Cache-Control", "no-cache")
+			}
 			if req.Speed != nil && *req.Speed != 1 {
-				w.Header().Set("X-Voxpipe-Note", "speed is ignored: MioTTS has no speed control")
+				w.Header().Add("X-Voxpipe-Note", "speed is ignored: MioTTS has no speed control")
+			}
+			if req.Instructions != "" {
+				w.Header().Add("X-Voxpipe-Note", "instructions are ignored: MioTTS takes no style instructions")
 			}
 			w.Header().Set("X-Voxpipe-TTFA-Ms", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
 			w.WriteHeader(http.StatusOK)
@@ -160,6 +183,9 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		}
 		if ctx.Err() != nil {
 			return ctx.Err() // the stream ended while the deadline was set: do not undo its move to now
+		}
+		if sse {
+			b = sseDelta(b)
 		}
 		_, err := w.Write(b)
 		if err == nil {
@@ -187,6 +213,11 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		var tail []byte
 		if tail, err = enc.Flush(nil); err == nil && len(tail) > 0 {
 			err = send(tail)
+		}
+		if err == nil && sse && started {
+			if _, err = w.Write(sseDone()); err == nil {
+				err = rc.Flush()
+			}
 		}
 	}
 	if started && (err != nil || ctx.Err() != nil) {

@@ -3,6 +3,7 @@ package tts_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -271,7 +272,7 @@ func TestProtocolErrors(t *testing.T) {
 	expect(map[string]any{"type": "speak", "text": "hi"}, tts.CodeBadMessage)
 	expect(map[string]any{"type": "flush", "context_id": "nope"}, tts.CodeBadMessage)
 	expect(map[string]any{"type": "cancel", "context_id": "nope"}, tts.CodeBadMessage)
-	expect(speak("f", "hi", false, map[string]any{"format": map[string]any{"encoding": "mp3"}}), tts.CodeBadFormat)
+	expect(speak("f", "hi", false, map[string]any{"format": map[string]any{"encoding": "flac"}}), tts.CodeBadFormat)
 	expect(speak("f", "hi", false, map[string]any{"format": map[string]any{"encoding": "opus", "sample_rate": 44100}}), tts.CodeBadFormat)
 	expect(speak("m", "hi", false, map[string]any{"model": "nosuch"}), tts.CodeUnknownModel)
 	expect(speak("v", "Hello.", false, map[string]any{"voice": "nobody"}), tts.CodeUnknownVoice)
@@ -323,7 +324,7 @@ func TestSpeechEndpoint(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, b
 	}
-	resp, b := post(`{"model":"miotts","input":"Hello there.","voice":"ref","options":{"max_tokens":30}}`)
+	resp, b := post(`{"model":"miotts","input":"Hello there.","voice":"ref","response_format":"wav","options":{"max_tokens":30}}`)
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "audio/wav" || string(b[:4]) != "RIFF" {
 		t.Fatalf("wav: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), b[:min(len(b), 16)])
 	}
@@ -356,8 +357,10 @@ func TestSpeechEndpoint(t *testing.T) {
 		{`{"input":`, 400, tts.CodeBadJSON},
 		{`{"input":""}`, 400, tts.CodeBadMessage},
 		{`{"input":"!!! ???"}`, 400, tts.CodeBadMessage},
-		{`{"input":"hi","response_format":"mp3"}`, 400, tts.CodeBadFormat},
-		{`{"input":"hi","model":"tts-1"}`, 404, tts.CodeUnknownModel},
+		{`{"input":"hi","response_format":"flac"}`, 400, tts.CodeBadFormat},
+		{`{"input":"hi","response_format":"aac"}`, 400, tts.CodeBadFormat},
+		{`{"input":"hi","stream_format":"ndjson"}`, 400, tts.CodeBadMessage},
+		{`{"input":"hi","model":"gpt-5"}`, 404, tts.CodeUnknownModel},
 		{`{"input":"hi","voice":"nobody"}`, 400, tts.CodeUnknownVoice},
 		{`{"input":"` + strings.Repeat("x", 10001) + `"}`, 400, tts.CodeTextTooLong},
 	} {
@@ -369,6 +372,45 @@ func TestSpeechEndpoint(t *testing.T) {
 		if resp.StatusCode != c.code || e.Error.Code != c.err || e.Error.Message == "" {
 			t.Errorf("%.40s: %d %s, want %d %s", c.body, resp.StatusCode, b, c.code, c.err)
 		}
+	}
+	// OpenAI's defaults: model tts-1 (the loaded model), voice alloy (the default voice), no
+	// response_format (mp3), and instructions (noted as ignored).
+	resp, b = post(`{"model":"tts-1","input":"Hi there.","voice":"alloy","instructions":"Speak cheerfully.","options":{"max_tokens":20}}`)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "audio/mpeg" || len(b) < 2 || b[0] != 0xFF {
+		t.Errorf("OpenAI defaults: %d %q % x", resp.StatusCode, resp.Header.Get("Content-Type"), b[:min(len(b), 4)])
+	}
+	if !strings.Contains(strings.Join(resp.Header.Values("X-Voxpipe-Note"), " "), "instructions") {
+		t.Errorf("instructions ignored without a note: %v", resp.Header.Values("X-Voxpipe-Note"))
+	}
+	// stream_format sse: speech.audio.delta events whose audio is the format's bytes, then
+	// speech.audio.done.
+	resp, b = post(`{"input":"Hi there.","voice":"ref","response_format":"pcm","stream_format":"sse","options":{"max_tokens":20}}`)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("sse: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	events := strings.Split(strings.TrimSpace(string(b)), "\n\n")
+	var pcm []byte
+	for i, ev := range events {
+		var e struct{ Type, Audio string }
+		if err := json.Unmarshal([]byte(strings.TrimPrefix(ev, "data: ")), &e); err != nil {
+			t.Fatalf("event %d %q: %v", i, ev, err)
+		}
+		if want := "speech.audio.delta"; i == len(events)-1 {
+			if e.Type != "speech.audio.done" {
+				t.Errorf("last event %q", e.Type)
+			}
+		} else if e.Type != want {
+			t.Errorf("event %d type %q", i, e.Type)
+		} else {
+			d, err := base64.StdEncoding.DecodeString(e.Audio)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pcm = append(pcm, d...)
+		}
+	}
+	if len(events) < 2 || len(pcm) < 2400 || len(pcm)%2 != 0 {
+		t.Errorf("sse: %d events, %d bytes of PCM", len(events), len(pcm))
 	}
 	// A client that goes away mid-stream stops the synthesis (the slot comes back).
 	ctx, cancel := context.WithCancel(context.Background())

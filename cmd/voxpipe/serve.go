@@ -48,6 +48,7 @@ type serveOptions struct {
 	tlsSelfSigned                                    bool
 	iceURLs                                          []string // --ice-server
 	iceUsername, iceCredential                       string
+	voiceAliases                                     []string    // --voice-alias NAME=VOICE
 	tls                                              *tls.Config // from the three above (tlsConfig)
 	apiKeys, adminKeys                               []string
 	obsURL, obsInput                                 string
@@ -78,6 +79,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.Var((*listFlag)(&o.iceURLs), "ice-server", "a STUN or TURN `URL` (stun:HOST:PORT, turn:HOST:PORT?transport=udp) for the server's and its pages' ICE; repeat or comma-separate")
 	fs.StringVar(&o.iceUsername, "ice-username", "", "username for the TURN --ice-server")
 	fs.StringVar(&o.iceCredential, "ice-credential", "", "credential for the TURN --ice-server (also $VOXPIPE_ICE_CREDENTIAL)")
+	fs.Var((*listFlag)(&o.voiceAliases), "voice-alias", "`NAME=VOICE`: the speech endpoint's voice NAME (e.g. OpenAI's alloy) speaks as the library or server voice VOICE; OpenAI's voice names not given here are the default voice. Repeat or comma-separate")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM, full chain) and --tls-key: browsers allow the microphone only on https:// or localhost")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "the private key (PEM) of --tls-cert")
 	fs.BoolVar(&o.tlsSelfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed certificate for this machine's names and addresses, kept next to the voice library (browsers warn once; compare the printed fingerprint)")
@@ -242,7 +244,15 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		// The adapter resolves voices per request owner; the default with the server's rights.
 		synths.Register(voice.MioTTS(mt, voice.Voices(lib, files)))
 	}
-	ttsSrv := tts.NewServer(tts.Config{Synthesizers: synths, DefaultSlots: o.ttsSlots, MaxWait: o.ttsWait, Logger: log, WriteTimeout: o.writeTimeout,
+	aliases := map[string]string{}
+	for _, a := range o.voiceAliases {
+		name, v, ok := strings.Cut(a, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, fmt.Errorf("--voice-alias %q: want NAME=VOICE (VOICE may be empty for the default voice)", a)
+		}
+		aliases[strings.TrimSpace(name)] = strings.TrimSpace(v)
+	}
+	ttsSrv := tts.NewServer(tts.Config{VoiceAliases: aliases, Synthesizers: synths, DefaultSlots: o.ttsSlots, MaxWait: o.ttsWait, Logger: log, WriteTimeout: o.writeTimeout,
 		OnSession: met.Session, OnDone: met.TTSDone, OnReject: met.Rejected})
 	for _, name := range synths.Names() {
 		met.Admission(name, ttsSrv.Admission(name))

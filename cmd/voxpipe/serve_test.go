@@ -334,3 +334,52 @@ func TestServeMeanVC2VariantErrors(t *testing.T) {
 		}
 	}
 }
+
+// OpenAI compatibility at the server: /v1/models lists the loaded model and the OpenAI names
+// that stand for it, unknown /v1/ paths answer in JSON, a --voice-alias maps a voice name,
+// and a malformed alias stops the start.
+func TestServeOpenAICompat(t *testing.T) {
+	o := ttsOptions(t)
+	o.voiceAliases = []string{"alloy=nobody-here"}
+	base := testApp(t, o)
+	var list struct {
+		Object string
+		Data   []struct{ ID, Object string }
+	}
+	resp, err := http.Get(base + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	var ids []string
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	if list.Object != "list" || !slices.Contains(ids, "miotts") || !slices.Contains(ids, "tts-1") {
+		t.Errorf("/v1/models: %+v", list)
+	}
+	resp, err = http.Get(base + "/v1/no-such-thing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e struct{ Error struct{ Code string } }
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != 404 || e.Error.Code != "not_found" {
+		t.Errorf("unknown /v1/ path: %d %+v", resp.StatusCode, e)
+	}
+	// The alias sends alloy to a voice that does not exist: the request says so.
+	resp, err = http.Post(base+"/v1/audio/speech", "application/json", strings.NewReader(`{"model":"tts-1","voice":"alloy","input":"Hi."}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&e)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || e.Error.Code != "unknown_voice" {
+		t.Errorf("aliased voice: %d %+v", resp.StatusCode, e)
+	}
+	if _, stderr, code := runCmd(t, "serve", "--listen", "127.0.0.1:0", "--voices", t.TempDir(), "--voice-alias", "alloy"); code == 0 || !strings.Contains(stderr, "NAME=VOICE") {
+		t.Errorf("bad --voice-alias: exit %d %q", code, stderr)
+	}
+}

@@ -1,5 +1,5 @@
 // Package audioout turns synthesized float audio into the byte formats clients ask for:
-// 16-bit little-endian PCM, G.711 μ-law and Ogg Opus, at any of the usual sample rates,
+// 16-bit little-endian PCM, G.711 μ-law, Ogg Opus and MP3, at any of the usual sample rates,
 // resampling from the synthesizer's rate as the audio streams.
 package audioout
 
@@ -20,6 +20,7 @@ const (
 	MuLaw = "mulaw"
 	Opus  = "opus" // an Ogg Opus stream: concatenate the chunks to get a playable .ogg/.opus file
 	WAV   = "wav"  // PCM with a streaming WAV header first (sizes set to "unknown")
+	MP3   = "mp3"  // MPEG layer III frames, mono, 64 kbps CBR (libmp3lame)
 )
 
 // Rates a client may ask for.
@@ -58,8 +59,12 @@ func (f *Format) Validate() error {
 		if !slices.Contains(opusRates, f.SampleRate) {
 			return fmt.Errorf("sample_rate %d is not an Opus rate: use one of %v", f.SampleRate, opusRates)
 		}
+	case MP3:
+		if !slices.Contains(mp3Rates, f.SampleRate) {
+			return fmt.Errorf("sample_rate %d is not an MP3 rate: use one of %v", f.SampleRate, mp3Rates)
+		}
 	default:
-		return fmt.Errorf("encoding %q: use %s, %s, %s or %s", f.Encoding, PCM, MuLaw, Opus, WAV)
+		return fmt.Errorf("encoding %q: use %s, %s, %s, %s or %s", f.Encoding, PCM, MuLaw, Opus, WAV, MP3)
 	}
 	return nil
 }
@@ -73,6 +78,8 @@ func (f Format) ContentType() string {
 		return "audio/ogg; codecs=opus"
 	case WAV:
 		return "audio/wav"
+	case MP3:
+		return "audio/mpeg"
 	}
 	return fmt.Sprintf("audio/L16;rate=%d;channels=1;endianness=little-endian", f.SampleRate)
 }
@@ -85,6 +92,7 @@ type Encoder struct {
 	opus    *opus.Encoder
 	ogg     *oggWriter
 	pending []float32 // Opus: samples waiting for a full 20 ms frame
+	mp3     *mp3Encoder
 	started bool
 }
 
@@ -111,6 +119,13 @@ func NewEncoder(f Format, srcRate int) (*Encoder, error) {
 		}
 		e.opus = enc
 		e.ogg = newOggWriter(f.SampleRate)
+	}
+	if f.Encoding == MP3 {
+		m, err := newMP3Encoder(f.SampleRate, 64)
+		if err != nil {
+			return nil, err
+		}
+		e.mp3 = m
 	}
 	return e, nil
 }
@@ -160,6 +175,8 @@ func (e *Encoder) encode(dst []byte, x []float32, last bool) ([]byte, error) {
 		}
 	case Opus:
 		return e.encodeOpus(dst, x, last)
+	case MP3:
+		return e.mp3.encode(dst, x, last)
 	}
 	return dst, nil
 }

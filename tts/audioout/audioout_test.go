@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hajimehoshi/go-mp3"
 	"gopkg.in/hraban/opus.v2"
 )
 
@@ -169,5 +170,63 @@ func TestFormatValidate(t *testing.T) {
 	f := Format{}
 	if err := f.Validate(); err != nil || f.Encoding != PCM || f.SampleRate != 24000 {
 		t.Errorf("defaults: %+v %v", f, err)
+	}
+}
+
+// MP3: a 440 Hz tone fed in uneven pieces decodes (with an independent decoder) to the same
+// tone at the same level, as long as the input within the codec's padding, and every rate a
+// client may ask for is accepted.
+func TestMP3(t *testing.T) {
+	const srcRate = 44100
+	src := sine(srcRate, 440, 0.5, srcRate) // 1 s
+	f := Format{Encoding: MP3}
+	if err := f.Validate(); err != nil || f.SampleRate != 24000 {
+		t.Fatalf("default MP3 format %+v: %v", f, err)
+	}
+	out := encodeInPieces(t, f, src, srcRate)
+	if f.ContentType() != "audio/mpeg" || len(out) < 4 || out[0] != 0xFF || out[1]&0xE0 != 0xE0 {
+		t.Fatalf("not an MP3 frame stream: % x", out[:min(len(out), 4)])
+	}
+	dec, err := mp3.NewDecoder(bytes.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.SampleRate() != 24000 {
+		t.Fatalf("decoded rate %d", dec.SampleRate())
+	}
+	pcm, err := io.ReadAll(dec) // 16-bit stereo little-endian
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(pcm) / 4
+	got := make([]float64, n)
+	for i := range got {
+		got[i] = float64(int16(binary.LittleEndian.Uint16(pcm[4*i:]))) / 32768
+	}
+	if n < 24000 || n > 24000+4*1152 {
+		t.Errorf("%d samples decoded for 1 s at 24 kHz", n)
+	}
+	// Level and pitch over the middle: RMS of 0.5·sin is 0.354; zero crossings give 440 Hz.
+	mid := got[n/4 : 3*n/4]
+	var ss float64
+	cross := 0
+	for i, v := range mid {
+		ss += v * v
+		if i > 0 && (mid[i-1] < 0) != (v < 0) {
+			cross++
+		}
+	}
+	rms := math.Sqrt(ss / float64(len(mid)))
+	hz := float64(cross) / 2 / (float64(len(mid)) / 24000)
+	if math.Abs(rms-0.354) > 0.03 || math.Abs(hz-440) > 5 {
+		t.Errorf("decoded tone: RMS %.3f (want 0.354), %.1f Hz (want 440)", rms, hz)
+	}
+	for _, rate := range mp3Rates {
+		if _, err := NewEncoder(Format{Encoding: MP3, SampleRate: rate}, srcRate); err != nil {
+			t.Errorf("%d Hz: %v", rate, err)
+		}
+	}
+	if err := (&Format{Encoding: MP3, SampleRate: 12345}).Validate(); err == nil {
+		t.Error("12345 Hz accepted")
 	}
 }
