@@ -28,7 +28,7 @@ test-deps: deps
 	  pkgs=chromium; command -v node >/dev/null || pkgs="$$pkgs nodejs npm"; \
 	  echo "installing Debian packages: $$pkgs"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs; fi
-	@[ -d node_modules/playwright-core ] || npm ci --no-audit --no-fund
+	@[ -d node_modules/playwright-core ] && [ -d node_modules/openai ] || npm ci --no-audit --no-fund
 
 test: test-go test-web ## all tests: Go (unit, parity, WebRTC loopback) and the page in headless Chromium
 
