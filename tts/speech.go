@@ -20,7 +20,7 @@ type SpeechRequest struct {
 	Model          string   `json:"model"`
 	Input          string   `json:"input"`
 	Voice          string   `json:"voice"`
-	ResponseFormat string   `json:"response_format"` // mp3 (default), wav, pcm, opus, mulaw
+	ResponseFormat string   `json:"response_format"` // mp3 (default), flac, wav, pcm, opus, mulaw
 	Speed          *float64 `json:"speed"`
 	Instructions   string   `json:"instructions"`  // accepted and ignored: MioTTS takes no style prompt
 	StreamFormat   string   `json:"stream_format"` // audio (default): the bytes; sse: Server-Sent Events
@@ -84,11 +84,13 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		f.Encoding = audioout.Opus
 	case "mulaw", "ulaw":
 		f.Encoding = audioout.MuLaw
-	case "flac", "aac":
-		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, fmt.Sprintf("response_format %q is not offered: use mp3, wav, opus, pcm or mulaw", req.ResponseFormat))
+	case "flac":
+		f.Encoding = audioout.FLAC
+	case "aac":
+		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, `response_format "aac" is not offered: use mp3, flac, wav, opus, pcm or mulaw`)
 		return
 	default:
-		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, fmt.Sprintf("response_format %q: use mp3, wav, opus, pcm or mulaw", req.ResponseFormat))
+		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, fmt.Sprintf("response_format %q: use mp3, flac, wav, opus, pcm or mulaw", req.ResponseFormat))
 		return
 	}
 	sse := false

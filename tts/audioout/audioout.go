@@ -1,5 +1,5 @@
 // Package audioout turns synthesized float audio into the byte formats clients ask for:
-// 16-bit little-endian PCM, G.711 μ-law, Ogg Opus and MP3, at any of the usual sample rates,
+// 16-bit little-endian PCM, G.711 μ-law, Ogg Opus, MP3 and FLAC, at any of the usual sample rates,
 // resampling from the synthesizer's rate as the audio streams.
 package audioout
 
@@ -21,6 +21,7 @@ const (
 	Opus  = "opus" // an Ogg Opus stream: concatenate the chunks to get a playable .ogg/.opus file
 	WAV   = "wav"  // PCM with a streaming WAV header first (sizes set to "unknown")
 	MP3   = "mp3"  // MPEG layer III frames, mono, 64 kbps CBR (libmp3lame)
+	FLAC  = "flac" // lossless, mono 16-bit, a stream of unknown length
 )
 
 // Rates a client may ask for.
@@ -51,7 +52,7 @@ func (f *Format) Validate() error {
 		}
 	}
 	switch f.Encoding {
-	case PCM, MuLaw, WAV:
+	case PCM, MuLaw, WAV, FLAC:
 		if !slices.Contains(Rates, f.SampleRate) {
 			return fmt.Errorf("sample_rate %d: use one of %v", f.SampleRate, Rates)
 		}
@@ -64,7 +65,7 @@ func (f *Format) Validate() error {
 			return fmt.Errorf("sample_rate %d is not an MP3 rate: use one of %v", f.SampleRate, mp3Rates)
 		}
 	default:
-		return fmt.Errorf("encoding %q: use %s, %s, %s, %s or %s", f.Encoding, PCM, MuLaw, Opus, WAV, MP3)
+		return fmt.Errorf("encoding %q: use %s, %s, %s, %s, %s or %s", f.Encoding, PCM, MuLaw, Opus, WAV, MP3, FLAC)
 	}
 	return nil
 }
@@ -80,6 +81,8 @@ func (f Format) ContentType() string {
 		return "audio/wav"
 	case MP3:
 		return "audio/mpeg"
+	case FLAC:
+		return "audio/flac"
 	}
 	return fmt.Sprintf("audio/L16;rate=%d;channels=1;endianness=little-endian", f.SampleRate)
 }
@@ -93,6 +96,7 @@ type Encoder struct {
 	ogg     *oggWriter
 	pending []float32 // Opus: samples waiting for a full 20 ms frame
 	mp3     *mp3Encoder
+	flac    *flacEncoder
 	started bool
 }
 
@@ -126,6 +130,9 @@ func NewEncoder(f Format, srcRate int) (*Encoder, error) {
 			return nil, err
 		}
 		e.mp3 = m
+	}
+	if f.Encoding == FLAC {
+		e.flac = newFLACEncoder(f.SampleRate)
 	}
 	return e, nil
 }
@@ -177,6 +184,8 @@ func (e *Encoder) encode(dst []byte, x []float32, last bool) ([]byte, error) {
 		return e.encodeOpus(dst, x, last)
 	case MP3:
 		return e.mp3.encode(dst, x, last)
+	case FLAC:
+		return e.flac.encode(dst, x, last), nil
 	}
 	return dst, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"io"
+	"log"
 	"math"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/hajimehoshi/go-mp3"
+	"github.com/mewkiz/flac"
 	"gopkg.in/hraban/opus.v2"
 )
 
@@ -162,7 +164,7 @@ func TestOggOpusDecodes(t *testing.T) {
 }
 
 func TestFormatValidate(t *testing.T) {
-	for _, f := range []Format{{Encoding: "flac"}, {Encoding: PCM, SampleRate: 11025}, {Encoding: Opus, SampleRate: 44100}} {
+	for _, f := range []Format{{Encoding: "aac"}, {Encoding: PCM, SampleRate: 11025}, {Encoding: Opus, SampleRate: 44100}} {
 		if err := f.Validate(); err == nil {
 			t.Errorf("%+v accepted", f)
 		}
@@ -228,5 +230,53 @@ func TestMP3(t *testing.T) {
 	}
 	if err := (&Format{Encoding: MP3, SampleRate: 12345}).Validate(); err == nil {
 		t.Error("12345 Hz accepted")
+	}
+}
+
+// FLAC is lossless: an independent decoder gives back exactly the 16-bit samples, across
+// whole 4096-sample frames and the short last one, at every rate a client may ask for; the
+// predictor and Rice coding make speech-like audio smaller than PCM.
+func TestFLAC(t *testing.T) {
+	log.SetOutput(io.Discard) // the decoder logs about rates its own tests lack
+	defer log.SetOutput(os.Stderr)
+	for _, rate := range []int{8000, 24000, 48000} {
+		src := sine(rate, 220, 0.3, rate*3/2+123) // 1.5 s: frames of 4096 and a short one
+		for i := range src {
+			src[i] += float32(0.3 * math.Sin(float64(i)*0.37)) // and something less regular
+		}
+		f := Format{Encoding: FLAC, SampleRate: rate}
+		out := encodeInPieces(t, f, src, rate)
+		if f.ContentType() != "audio/flac" || string(out[:4]) != "fLaC" {
+			t.Fatalf("not a FLAC stream: %q", out[:min(len(out), 4)])
+		}
+		stream, err := flac.New(bytes.NewReader(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(stream.Info.SampleRate) != rate || stream.Info.NChannels != 1 || stream.Info.BitsPerSample != 16 {
+			t.Fatalf("STREAMINFO %+v", stream.Info)
+		}
+		var got []int32
+		for {
+			fr, err := stream.ParseNext()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%d Hz: frame after %d samples: %v", rate, len(got), err)
+			}
+			got = append(got, fr.Subframes[0].Samples...)
+		}
+		if len(got) != len(src) {
+			t.Fatalf("%d Hz: %d samples decoded, %d encoded", rate, len(got), len(src))
+		}
+		for i, v := range src {
+			if got[i] != int32(toInt16(v)) {
+				t.Fatalf("%d Hz: sample %d decoded as %d, was %d", rate, i, got[i], toInt16(v))
+			}
+		}
+		if len(out) >= 2*len(src) {
+			t.Errorf("%d Hz: %d bytes for %d samples: no smaller than PCM", rate, len(out), len(src))
+		}
 	}
 }

@@ -46,7 +46,10 @@ test('the official client speaks with its default arguments', { skip: existsSync
   const audio = events.filter((e) => e.type === 'speech.audio.delta').map((e) => Buffer.from(e.audio, 'base64'));
   assert.ok(Buffer.concat(audio).length > 2400, 'PCM in the deltas');
 
+  const flac = Buffer.from(await (await client.audio.speech.create({ model: 'tts-1', voice: 'alloy', input: 'Hi there.', response_format: 'flac' })).arrayBuffer());
+  assert.equal(flac.subarray(0, 4).toString(), 'fLaC');
+
   // Errors come back as the client's APIError with OpenAI's error body.
-  await assert.rejects(client.audio.speech.create({ model: 'tts-1', voice: 'alloy', input: 'hi', response_format: 'flac' }),
-    (e) => e.status === 400 && /flac/.test(e.message));
+  await assert.rejects(client.audio.speech.create({ model: 'tts-1', voice: 'alloy', input: 'hi', response_format: 'aac' }),
+    (e) => e.status === 400 && /aac/.test(e.message));
 });
