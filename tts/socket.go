@@ -51,7 +51,7 @@ type ttsContext struct {
 	enc    *audioout.Encoder
 	ctx    context.Context
 	cancel context.CancelFunc
-	pieces chan string
+	pieces chan piece
 	text   string // received text not yet handed to the worker
 	chars  int    // all text received, for the limit
 	closed bool   // continue:false seen; no more text
@@ -178,7 +178,9 @@ func (k *socket) handle(data []byte) {
 			k.sendError(m.ContextID, CodeBadMessage, "no open context "+m.ContextID, 0)
 			return
 		}
-		k.dispatch(c, c.text)
+		if !c.closed { // a context whose text has ended is spoken to the end: done follows
+			k.dispatch(c, c.text, true)
+		}
 	case "speak":
 		if c == nil {
 			if c = k.open(m); c == nil {
@@ -196,24 +198,35 @@ func (k *socket) handle(data []byte) {
 		}
 		c.text += m.Text
 		if !m.Continue {
-			k.dispatch(c, c.text)
+			k.dispatch(c, c.text, false)
 			c.closed = true
 			close(c.pieces)
 			return
 		}
 		ready, _ := splitReady(c.text)
-		k.dispatch(c, ready)
+		k.dispatch(c, ready, false)
 	}
 }
 
-// dispatch hands the first n bytes of the context's text to its worker.
-func (k *socket) dispatch(c *ttsContext, text string) {
+// piece is text for a context's worker; flush asks it to say flush_done once the text so
+// far has been spoken.
+type piece struct {
+	text  string
+	flush bool
+}
+
+// dispatch hands the first len(text) bytes of the context's text to its worker (with the
+// flush marker, even when there is nothing to say).
+func (k *socket) dispatch(c *ttsContext, text string, flush bool) {
 	c.text = c.text[len(text):]
 	if !stream.HasWords(text) {
-		return
+		if !flush {
+			return
+		}
+		text = ""
 	}
 	select {
-	case c.pieces <- text:
+	case c.pieces <- piece{text, flush}:
 	default:
 		k.sendError(c.id, CodeBadMessage, "too many pieces waiting; send longer text pieces", 0)
 	}
@@ -241,7 +254,7 @@ func (k *socket) open(m ClientMessage) *ttsContext {
 		k.sendError(m.ContextID, CodeBadFormat, err.Error(), 0)
 		return nil
 	}
-	c := &ttsContext{id: m.ContextID, syn: syn, enc: enc, pieces: make(chan string, 256), start: time.Now(),
+	c := &ttsContext{id: m.ContextID, syn: syn, enc: enc, pieces: make(chan piece, 256), start: time.Now(),
 		req: stream.SynthRequest{Voice: m.Voice, Owner: k.owner}}
 	if o := m.Options; o != nil {
 		c.req.Seed, c.req.Temperature, c.req.MaxTokens = o.Seed, o.Temperature, o.MaxTokens
@@ -282,18 +295,24 @@ func (k *socket) work(c *ttsContext) {
 	}
 pieces:
 	for {
-		var piece string
+		var p piece
 		select {
-		case p, ok := <-c.pieces:
+		case next, ok := <-c.pieces:
 			if !ok {
 				break pieces
 			}
-			piece = p
+			p = next
 		case <-c.ctx.Done(): // cancelled, or the socket ended with the context still open
 			return
 		}
+		if p.text == "" { // a flush with nothing left to say
+			if k.send(ServerMessage{Type: "flush_done", ContextID: c.id}, c) != nil {
+				return
+			}
+			continue
+		}
 		req := c.req
-		req.Text = piece
+		req.Text = p.text
 		t0 := time.Now()
 		// Samples are counted as they are made, so a cancel's done reports the audio so far.
 		_, err := k.s.synthesize(c.ctx, c.syn, req, c.enc, sendAudio, func(n int) {
@@ -314,6 +333,9 @@ pieces:
 				retry = busy.RetryAfter
 			}
 			k.sendError(c.id, code, msg, retry)
+			return
+		}
+		if p.flush && k.send(ServerMessage{Type: "flush_done", ContextID: c.id}, c) != nil {
 			return
 		}
 	}

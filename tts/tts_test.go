@@ -171,9 +171,15 @@ func TestSpeakContextsAndContinue(t *testing.T) {
 	results := map[string][]byte{}
 	pending := map[string]bool{"a": true, "b": true}
 	seq := map[string]int{}
+	flushed := -1 // b's audio bytes when its flush_done came
 	for len(pending) > 0 {
 		m := c.next(func(tts.ServerMessage) bool { return true })
 		switch m.Type {
+		case "flush_done":
+			if m.ContextID != "b" || flushed >= 0 {
+				t.Errorf("unexpected %+v", m)
+			}
+			flushed = len(results["b"])
 		case "audio":
 			seq[m.ContextID]++
 			if m.Seq != seq[m.ContextID] {
@@ -196,6 +202,11 @@ func TestSpeakContextsAndContinue(t *testing.T) {
 	}
 	if len(results["b"]) < 800 {
 		t.Errorf("context b: %d bytes of μ-law", len(results["b"]))
+	}
+	// flush_done came after the flushed text's audio ("Good morning. Nice to meet you") and
+	// before the rest (" again.").
+	if flushed <= 0 || flushed >= len(results["b"]) {
+		t.Errorf("flush_done after %d of %d bytes of b's audio", flushed, len(results["b"]))
 	}
 	// The same request again (same seed) gives the same audio.
 	c.send(speak("a", "Hello there, how are you?", false, nil))
