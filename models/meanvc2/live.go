@@ -7,13 +7,35 @@ import (
 // LiveSchedule is how the live path should run a stream fed piece samples at a time: with
 // SpreadSteps on when that costs no latency (the 120 ms model: its second step of a window
 // is not due before the next piece), and the playout delay that schedule needs
-// (LiveDelay).
+// (LiveDelay). It is worked out once per piece size and kept: every live stream of the
+// model asks.
 func (m *Model) LiveSchedule(piece int) (delay int, spread bool) {
-	delay = m.LiveDelay(piece, false)
-	if d := m.LiveDelay(piece, true); d <= delay {
-		return d, true
+	s := m.liveSchedule(piece)
+	return s.delay, s.spread
+}
+
+// schedule is LiveSchedule's answer for one piece size.
+type schedule struct {
+	delay, given int
+	spread       bool
+}
+
+func (m *Model) liveSchedule(piece int) schedule {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if s, ok := m.live[piece]; ok {
+		return s
 	}
-	return delay, false
+	s := schedule{}
+	s.delay, s.given = m.liveRun(piece, false)
+	if d, g := m.liveRun(piece, true); d <= s.delay {
+		s = schedule{delay: d, given: g, spread: true}
+	}
+	if m.live == nil {
+		m.live = map[int]schedule{}
+	}
+	m.live[piece] = s
+	return s
 }
 
 // LiveDelay is the playout delay the live path needs, in samples: a stream fed piece
@@ -37,11 +59,7 @@ func (m *Model) LiveDelay(piece int, spread bool) int {
 // LiveGivenUp is the number of output samples at the start of a live stream (LiveSchedule's
 // schedule, piece samples a call) that come after their turn to be played and are given up
 // for silence: the first chunk's, which the steady schedule's delay does not cover.
-func (m *Model) LiveGivenUp(piece int) int {
-	_, spread := m.LiveSchedule(piece)
-	_, given := m.liveRun(piece, spread)
-	return given
-}
+func (m *Model) LiveGivenUp(piece int) int { return m.liveSchedule(piece).given }
 
 // liveRun runs the dry schedule: the delay from the second chunk on, and how many output
 // samples, with that delay, come after their turn (output sample j is handed out by call

@@ -51,6 +51,9 @@ type Model struct {
 	// embedding a new reference clip (seconds on the real model) does not stall live streams.
 	speakerExec *sync.Mutex
 	speakerMu   sync.Mutex
+
+	liveMu sync.Mutex
+	live   map[int]schedule // LiveSchedule's, by piece size
 }
 
 // Load opens an audio.cpp MeanVC2 GGUF, checks its family and loads every component. Missing
@@ -497,13 +500,9 @@ func (s *Stream) Process(out, in []float32) ([]float32, error) {
 // the chunk that holds them is complete. The audio is the same, sample for sample, as
 // Process gives for the same chunks, however the input is cut.
 func (s *Stream) Write(out, in []float32) ([]float32, error) {
-	if s.err != nil {
-		return out, s.err
-	}
-	if err := checkFinite(in); err != nil {
+	if err := s.begin(out, in); err != nil {
 		return out, err
 	}
-	s.out = out
 	defer func() { s.out = nil }()
 	s.writeSteps = 0
 	if err := s.runSteps(); err != nil { // a step an earlier call left for this one
@@ -542,10 +541,9 @@ func (s *Stream) SpreadSteps(on bool) { s.spread = on }
 // vocoder's held-back tail is appended. The stream is then Reset for a new input.
 func (s *Stream) Flush(out []float32) ([]float32, error) {
 	defer s.Reset()
-	if s.err != nil {
-		return out, s.err
+	if err := s.begin(out, nil); err != nil {
+		return out, err
 	}
-	s.out = out
 	spread := s.spread
 	s.spread = false // the end of the input: every step now
 	defer func() { s.out, s.spread = nil, spread }()
@@ -568,13 +566,9 @@ func (s *Stream) Flush(out []float32) ([]float32, error) {
 
 // chunk is run_rt's process_chunk on one chunk of input (a full one, or the last short one).
 func (s *Stream) chunk(out, in []float32) ([]float32, error) {
-	if s.err != nil {
-		return out, s.err
-	}
-	if err := checkFinite(in); err != nil {
+	if err := s.begin(out, in); err != nil {
 		return out, err
 	}
-	s.out = out
 	defer func() { s.out = nil }()
 	s.beginChunk(s.fe.WindowsIn(len(in)))
 	_, err := s.fe.Chunk(in, s.window)
@@ -587,13 +581,19 @@ func (s *Stream) chunk(out, in []float32) ([]float32, error) {
 	return s.out, nil
 }
 
-func checkFinite(in []float32) error {
+// begin starts a call that appends to out: the stream must be usable and in finite (one bad
+// sample would poison every cache for the rest of the stream). The caller clears s.out when
+// it returns.
+func (s *Stream) begin(out, in []float32) error {
+	if s.err != nil {
+		return s.err
+	}
 	for _, v := range in {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			// One bad sample would poison every cache for the rest of the stream.
 			return errors.New("meanvc2: input holds NaN or Inf samples")
 		}
 	}
+	s.out = out
 	return nil
 }
 
