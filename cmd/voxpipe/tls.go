@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/voxpipe/voxpipe/internal/atomicfile"
 )
 
 // tlsConfig is the HTTPS setup of serve: a certificate and key from files (--tls-cert,
@@ -126,20 +128,8 @@ func ensureSelfSigned(certFile, keyFile string, names []string) error {
 	}
 	// The key first, private; each file written whole then renamed, so a crash leaves the
 	// old pair or the new one.
-	if err := writeFileAtomic(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := atomicfile.Write(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600, ".tmp-*"); err != nil {
 		return err
 	}
-	return writeFileAtomic(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return atomicfile.Write(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644, ".tmp-*")
 }

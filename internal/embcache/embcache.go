@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/voxpipe/voxpipe/internal/atomicfile"
 )
 
 // Cache maps keys to embeddings. The zero value is a memory-only cache.
@@ -174,23 +176,7 @@ func (c *Cache) store(key string, emb []float32) error {
 	for i, v := range emb {
 		binary.LittleEndian.PutUint32(data[8+4*i:], math.Float32bits(v))
 	}
-	tmp, err := os.CreateTemp(c.Dir, fmt.Sprintf(".emb-%d-*", os.Getpid()))
-	if err != nil {
-		return fmt.Errorf("embedding cache: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("embedding cache: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("embedding cache: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("embedding cache: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), c.path(key)); err != nil {
+	if err := atomicfile.Write(c.path(key), data, 0o600, fmt.Sprintf(".emb-%d-*", os.Getpid())); err != nil {
 		return fmt.Errorf("embedding cache: %w", err)
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/dsp"
 	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/internal/atomicfile"
 	"github.com/voxpipe/voxpipe/server/auth"
 )
 
@@ -395,22 +396,7 @@ func (l *Library) Delete(principal, id string) error {
 }
 
 func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("voice library: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := atomicfile.Write(path, data, 0o600, ".tmp-*"); err != nil {
 		return fmt.Errorf("voice library: %w", err)
 	}
 	return nil
