@@ -14,6 +14,13 @@ type JitterConfig struct {
 	Capacity int           // packets held at most; default 64 (must exceed Max/Frame)
 }
 
+// WithDefaults is c with its zero fields set to the defaults and the target clamped, as a
+// JitterBuffer made from c uses it.
+func (c JitterConfig) WithDefaults() JitterConfig {
+	c.fill()
+	return c
+}
+
 func (c *JitterConfig) fill() {
 	if c.Frame <= 0 {
 		c.Frame = 20 * time.Millisecond

@@ -184,11 +184,7 @@ type SessionReport struct {
 // the Opus rate) plus the jitter buffer's initial target. Listings (GET /v1/voices) use it
 // so that a voice's advertised latency is the one its sessions report.
 func (s *Server) AlgorithmicLatency(info stream.ProcessorInfo) time.Duration {
-	target := s.cfg.Jitter.Target
-	if target <= 0 {
-		target = 40 * time.Millisecond // the jitter buffer's default
-	}
-	return stream.AlgorithmicLatency(opusRate, info) + target
+	return stream.AlgorithmicLatency(opusRate, info) + s.cfg.Jitter.WithDefaults().Target
 }
 
 // newID makes an unguessable id (128 random bits): a session id is what WHEP viewers and

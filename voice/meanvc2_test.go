@@ -68,6 +68,70 @@ func TestMeanVC2ProcessorIsTheStreamDelayed(t *testing.T) {
 	}
 }
 
+// runBoth feeds src to p in its own chunks (each must give back as many samples) and to
+// raw in whole stream chunks, flushes both, and returns their outputs.
+func runBoth(t *testing.T, p stream.Processor, raw *meanvc2.Stream, src []float32) (got, want []float32) {
+	t.Helper()
+	var err error
+	n, chunk := p.Info().ChunkSize, raw.ChunkSize()
+	for i := 0; i+n <= len(src); i += n {
+		before := len(got)
+		if got, err = p.Process(got, src[i:i+n]); err != nil {
+			t.Fatal(err)
+		}
+		if len(got)-before != n {
+			t.Fatalf("piece %d: %d samples out, want %d", i/n, len(got)-before, n)
+		}
+	}
+	for i := 0; i+chunk <= len(src); i += chunk {
+		if want, err = raw.Process(want, src[i:i+chunk]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err = p.Flush(got); err != nil {
+		t.Fatal(err)
+	}
+	if want, err = raw.Flush(want); err != nil {
+		t.Fatal(err)
+	}
+	return got, want
+}
+
+// The reference path (MeanVC2Reference, what convert runs) is the stream's whole-chunk
+// output delayed by the priming it reports — every sample, the first chunk's included (the
+// live path gives some of those up) — for both variants.
+func TestMeanVC2ReferenceIsTheStream(t *testing.T) {
+	for _, tc := range []struct{ folder, variant string }{{"meanvc2", "120ms"}, {"meanvc2_40ms", "40ms"}} {
+		t.Run(tc.variant, func(t *testing.T) {
+			m, target, src := tinyMeanVC2Variant(t, tc.folder)
+			if got := m.Config.Runtime.Model; got != tc.variant {
+				t.Fatalf("%s holds the %q model, want %q", tc.folder, got, tc.variant)
+			}
+			p, err := MeanVC2Reference(m, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stream.CloseProcessor(p)
+			raw, err := m.NewStream(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			info, prime, chunk := p.Info(), m.OutputSlack(), raw.ChunkSize()
+			if info.SampleRate != 16000 || info.ChunkSize != chunk || info.Latency != m.Latency()+prime {
+				t.Fatalf("info %+v; want 16 kHz, whole chunks of %d, latency %d+%d", info, chunk, m.Latency(), prime)
+			}
+			got, want := runBoth(t, p, raw, src[:len(src)/chunk*chunk])
+			if len(got) != prime+len(want) || slices.ContainsFunc(got[:prime], func(x float32) bool { return x != 0 }) {
+				t.Fatalf("%d samples out, want %d of silent priming and the stream's %d", len(got), prime, len(want))
+			}
+			if !slices.Equal(got[prime:], want) {
+				t.Error("the reference path's output is not the stream's whole-chunk output")
+			}
+		})
+	}
+}
+
 func testStreamDelayed(t *testing.T, folder string) {
 	m, target, src := tinyMeanVC2Variant(t, folder)
 	raw, err := m.NewStream(target)
@@ -88,31 +152,7 @@ func testStreamDelayed(t *testing.T, folder string) {
 	chunk := raw.ChunkSize()
 	src = src[:len(src)/chunk*chunk]
 
-	run := func() (got, want []float32) {
-		n := info.ChunkSize
-		for i := 0; i < len(src); i += n {
-			before := len(got)
-			if got, err = p.Process(got, src[i:i+n]); err != nil {
-				t.Fatal(err)
-			}
-			if len(got)-before != n {
-				t.Fatalf("piece %d: %d samples out, want %d", i/n, len(got)-before, n)
-			}
-		}
-		for i := 0; i < len(src); i += chunk {
-			if want, err = raw.Process(want, src[i:i+chunk]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got, err = p.Flush(got); err != nil {
-			t.Fatal(err)
-		}
-		if want, err = raw.Flush(want); err != nil {
-			t.Fatal(err)
-		}
-		return got, want
-	}
-	got, want := run()
+	got, want := runBoth(t, p, raw, src)
 	if len(got) != prime+len(want) {
 		t.Fatalf("adapter gave %d samples, want the stream's %d after %d of priming", len(got), len(want), prime)
 	}
@@ -137,7 +177,7 @@ func testStreamDelayed(t *testing.T, folder string) {
 		t.Errorf("converted audio is silent (RMS %.2g)", rms(want))
 	}
 	// Flush left both at their start: a second pass repeats the first exactly.
-	again, want2 := run()
+	again, want2 := runBoth(t, p, raw, src)
 	if !slices.Equal(again, got) || !slices.Equal(want2, want) {
 		t.Error("a second pass after Flush differs from the first")
 	}
@@ -150,7 +190,7 @@ func testStreamDelayed(t *testing.T, folder string) {
 	}
 	p.Reset()
 	raw.Reset()
-	third, _ := run()
+	third, _ := runBoth(t, p, raw, src)
 	if !slices.Equal(third, got) {
 		t.Error("output after Reset differs from a fresh processor's")
 	}

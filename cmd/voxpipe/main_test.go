@@ -28,9 +28,13 @@ func runCmd(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-func TestConvertShiftsPitchAndKeepsLength(t *testing.T) {
+// convertFixture runs convert on the speech fixture with args, checks that it succeeded and
+// printed its summary, and returns the input and the output, which must have the input's
+// rate and length.
+func convertFixture(t *testing.T, args ...string) (in, got *wav.Audio) {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "out.wav")
-	stdout, stderr, code := runCmd(t, "convert", fixture, out, "--voice", "dsp", "--pitch", "4")
+	stdout, stderr, code := runCmd(t, append([]string{"convert", fixture, out}, args...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -41,13 +45,17 @@ func TestConvertShiftsPitchAndKeepsLength(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := wav.ReadFile(out)
-	if err != nil {
+	if got, err = wav.ReadFile(out); err != nil {
 		t.Fatal(err)
 	}
 	if got.SampleRate != in.SampleRate || len(got.Mono()) != len(in.Mono()) {
 		t.Fatalf("output %d Hz × %d samples, input %d Hz × %d", got.SampleRate, len(got.Mono()), in.SampleRate, len(in.Mono()))
 	}
+	return in, got
+}
+
+func TestConvertShiftsPitchAndKeepsLength(t *testing.T) {
+	in, got := convertFixture(t, "--voice", "dsp", "--pitch", "4")
 	f0in, f0out := dsp.MedianF0(in.Mono(), in.SampleRate), dsp.MedianF0(got.Mono(), got.SampleRate)
 	shift := 12 * math.Log2(f0out/f0in)
 	t.Logf("F0 %.1f → %.1f Hz (%+.2f st)", f0in, f0out, shift)

@@ -26,6 +26,25 @@ func tinyVC(t *testing.T) string {
 	return golden.Path(t, "meanvc2", "model.gguf")
 }
 
+// sendSpeech sends the first 2 s of the speech fixture through a session, waits for the
+// tail to come back, and returns all the audio received.
+func sendSpeech(t *testing.T, ctx context.Context, c *rtcclient.Client) []float32 {
+	t.Helper()
+	in, err := wav.ReadFile(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packets, err := rtcclient.EncodeFrames(in.Mono()[:2*48000])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendPackets(ctx, packets); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	return c.Received().PCM
+}
+
 func rmsOf(x []float32) float64 {
 	var s float64
 	for _, v := range x {
@@ -49,26 +68,7 @@ func writeClip(t *testing.T, dir, name string, seconds, amp float64) string {
 }
 
 func TestConvertMeanVC2(t *testing.T) {
-	model := tinyVC(t)
-	out := filepath.Join(t.TempDir(), "out.wav")
-	stdout, stderr, code := runCmd(t, "convert", fixture, out, "--model", model, "--ref", fixture, "--threads", "2")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	if !strings.Contains(stdout, "converted") {
-		t.Errorf("no summary line: %q", stdout)
-	}
-	in, err := wav.ReadFile(fixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := wav.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.SampleRate != in.SampleRate || len(got.Mono()) != len(in.Mono()) {
-		t.Fatalf("output %d Hz × %d samples, input %d Hz × %d", got.SampleRate, len(got.Mono()), in.SampleRate, len(in.Mono()))
-	}
+	_, got := convertFixture(t, "--model", tinyVC(t), "--ref", fixture, "--threads", "2")
 	if r := rmsOf(got.Mono()); r < 1e-4 {
 		t.Errorf("output is silent (RMS %.2g)", r)
 	}
@@ -221,19 +221,7 @@ func TestServeMeanVC2(t *testing.T) {
 	if !waitReady(c, "meanvc2", 10*time.Second) {
 		t.Fatalf("no ready for meanvc2; messages %+v", c.Messages())
 	}
-	in, err := wav.ReadFile(fixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	packets, err := rtcclient.EncodeFrames(in.Mono()[:2*48000])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SendPackets(ctx, packets); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1200 * time.Millisecond)
-	got := c.Received().PCM
+	got := sendSpeech(t, ctx, c)
 	if r := rmsOf(got); r < 1e-3 {
 		t.Errorf("received %d samples with RMS %.2g: no converted audio", len(got), r)
 	}

@@ -17,23 +17,7 @@ import (
 // TestOBSSync: session stats set the OBS input's sync offset to the measured latency, and
 // small changes are not sent again.
 func TestOBSSync(t *testing.T) {
-	obs := &obstest.Server{Password: "obs-password-0123", Input: "voxpipe"}
-	srv := httptest.NewServer(obs)
-	defer srv.Close()
-	t.Setenv("OBS_WEBSOCKET_PASSWORD", obs.Password)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := newOBSSync(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), "voxpipe", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	wait := func(want float64) {
-		t.Helper()
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-			if got, ok := obs.Offset("voxpipe"); ok && got == want {
-				return
-			}
-		}
-		got, _ := obs.Offset("voxpipe")
-		t.Fatalf("offset %v ms, want %v", got, want)
-	}
+	obs, s, wait := startOBSSync(t, "voxpipe")
 	s.Stats(report(44.2, 20))
 	wait(64)
 	s.Stats(report(50, 20)) // +6 ms: kept
@@ -66,23 +50,34 @@ func TestOBSOffsetBeforeAMeasuredLatency(t *testing.T) {
 // TestOBSSyncFromAlgorithmicLatency: the first reports of a session, before its latency is
 // measured, already set the offset.
 func TestOBSSyncFromAlgorithmicLatency(t *testing.T) {
-	obs := &obstest.Server{Password: "obs-password-0123", Input: "mic"}
-	srv := httptest.NewServer(obs)
-	defer srv.Close()
-	t.Setenv("OBS_WEBSOCKET_PASSWORD", obs.Password)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := newOBSSync(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), "mic", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, s, wait := startOBSSync(t, "mic")
 	r := report(0, 40)
 	r.Algorithmic = 345 * time.Millisecond
 	s.Stats(r)
-	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if got, ok := obs.Offset("mic"); ok && got == 385 {
-			return
+	wait(385) // algorithmic 345 + jitter 40
+}
+
+// startOBSSync runs a fake obs-websocket server with input and an obsSync for it until the
+// test ends; wait(ms) waits for the input's offset to become ms.
+func startOBSSync(t *testing.T, input string) (*obstest.Server, *obsSync, func(float64)) {
+	obs := &obstest.Server{Password: "obs-password-0123", Input: input}
+	srv := httptest.NewServer(obs)
+	t.Cleanup(srv.Close)
+	t.Setenv("OBS_WEBSOCKET_PASSWORD", obs.Password)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s := newOBSSync(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), input, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	wait := func(want float64) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if got, ok := obs.Offset(input); ok && got == want {
+				return
+			}
 		}
+		got, _ := obs.Offset(input)
+		t.Fatalf("offset %v ms, want %v", got, want)
 	}
-	got, _ := obs.Offset("mic")
-	t.Fatalf("offset %v ms, want 385 (algorithmic 345 + jitter 40)", got)
+	return obs, s, wait
 }
 
 // report is a live session's report with a measured latency and a jitter target, in ms.

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/rtc/rtcclient"
@@ -260,19 +259,7 @@ func TestServeBothMeanVC2Variants(t *testing.T) {
 	if math.Abs(ready.AlgorithmicLatency-fast) > 0.01 {
 		t.Errorf("the session reports %.3f ms, the listing %.3f ms", ready.AlgorithmicLatency, fast)
 	}
-	in, err := wav.ReadFile(fixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	packets, err := rtcclient.EncodeFrames(in.Mono()[:2*48000])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SendPackets(ctx, packets); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(1200 * time.Millisecond)
-	if r := rmsOf(c.Received().PCM); r < 1e-3 {
+	if r := rmsOf(sendSpeech(t, ctx, c)); r < 1e-3 {
 		t.Errorf("no converted audio (RMS %.2g)", r)
 	}
 	st := c.Stats()

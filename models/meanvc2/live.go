@@ -7,7 +7,7 @@ import (
 // LiveSchedule is how the live path should run a stream fed piece samples at a time: with
 // SpreadSteps on when that costs no latency (the 120 ms model: its second step of a window
 // is not due before the next piece), and the playout delay that schedule needs
-// (LiveDelay). It is worked out once per piece size and kept: every live stream of the
+// (liveDelay). It is worked out once per piece size and kept: every live stream of the
 // model asks.
 func (m *Model) LiveSchedule(piece int) (delay int, spread bool) {
 	s := m.liveSchedule(piece)
@@ -38,7 +38,7 @@ func (m *Model) liveSchedule(piece int) schedule {
 	return s
 }
 
-// LiveDelay is the playout delay the live path needs, in samples: a stream fed piece
+// liveDelay is the playout delay the live path needs, in samples: a stream fed piece
 // samples at a time through Write (SpreadSteps set to spread), with the audio of each call
 // handed on in order, needs this much audio buffered ahead of the first output so that a
 // player taking piece samples per call never runs dry — were the model's compute
@@ -51,7 +51,7 @@ func (m *Model) liveSchedule(piece int) schedule {
 // the counts — over a dozen chunks (the schedule repeats every few). The first chunk is
 // aligned differently (no carried frames, no previous BN frame) and its output comes later;
 // the delay is the steady schedule's, and LiveGivenUp counts what the first chunk loses.
-func (m *Model) LiveDelay(piece int, spread bool) int {
+func (m *Model) liveDelay(piece int, spread bool) int {
 	delay, _ := m.liveRun(piece, spread)
 	return delay
 }

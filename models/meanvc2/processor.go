@@ -275,7 +275,7 @@ type Stream struct {
 	spread     bool // Write runs at most one DiT step per call (SpreadSteps)
 	writeSteps int  // DiT steps run in this Write call
 
-	dry     bool // scheduling only (LiveDelay): no model runs
+	dry     bool // scheduling only (LiveSchedule): no model runs
 	dryPrev int  // a dry stream's vocoder overlap frames
 }
 

@@ -492,9 +492,9 @@ func TestStreamsConcurrent(t *testing.T) {
 	}
 }
 
-// The live path's schedule: the dry stream LiveDelay runs gives, piece by piece, exactly as
+// The live path's schedule: the dry stream liveDelay runs gives, piece by piece, exactly as
 // many samples as the real stream (with and without SpreadSteps); Write runs windows and
-// steps before their chunk is complete; and LiveDelay is what the schedule needs (the 40 ms
+// steps before their chunk is complete; and liveDelay is what the schedule needs (the 40 ms
 // model's steady state: a step's audio 100 ms after the piece that completes it began).
 // Spreading the steps is free for the 120 ms model and costs the 40 ms one a piece, so
 // LiveSchedule spreads only the first.
@@ -546,17 +546,17 @@ func TestLiveDelay(t *testing.T) {
 					t.Errorf("spread %v: Write never gave output before its chunk was complete", spread)
 				}
 			}
-			if got := m.LiveDelay(piece, false); got != tc.delay {
-				t.Errorf("LiveDelay(%d) = %d, want %d", piece, got, tc.delay)
+			if got := m.liveDelay(piece, false); got != tc.delay {
+				t.Errorf("liveDelay(%d) = %d, want %d", piece, got, tc.delay)
 			}
-			if got := m.LiveDelay(piece, true); got != tc.spread {
-				t.Errorf("LiveDelay(%d, spread) = %d, want %d", piece, got, tc.spread)
+			if got := m.liveDelay(piece, true); got != tc.spread {
+				t.Errorf("liveDelay(%d, spread) = %d, want %d", piece, got, tc.spread)
 			}
 			if d, spread := m.LiveSchedule(piece); d != tc.delay || spread != (tc.spread == tc.delay) {
 				t.Errorf("LiveSchedule(%d) = %d, %v", piece, d, spread)
 			}
-			if got := m.LiveDelay(m.Config.Runtime.ChunkSamples, false); got != m.OutputSlack() {
-				t.Errorf("LiveDelay(a chunk) = %d, OutputSlack %d: feeding whole chunks is Process's schedule", got, m.OutputSlack())
+			if got := m.liveDelay(m.Config.Runtime.ChunkSamples, false); got != m.OutputSlack() {
+				t.Errorf("liveDelay(a chunk) = %d, OutputSlack %d: feeding whole chunks is Process's schedule", got, m.OutputSlack())
 			}
 		})
 	}
