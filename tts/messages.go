@@ -5,6 +5,7 @@
 package tts
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +38,11 @@ type ClientMessage struct {
 	Continue  bool             `json:"continue,omitempty"`
 	Format    *audioout.Format `json:"format,omitempty"`
 	Options   *Options         `json:"options,omitempty"`
+	// AddTimestamps asks for a timestamps message after each piece of text is spoken.
+	AddTimestamps bool `json:"add_timestamps,omitempty"`
+	// Binary sends the context's audio as binary WebSocket frames (see binaryAudio)
+	// instead of base64 inside JSON.
+	Binary bool `json:"binary,omitempty"`
 }
 
 // Options tune synthesis per context.
@@ -48,14 +54,16 @@ type Options struct {
 
 // ServerMessage is a message to the client.
 type ServerMessage struct {
-	Type      string   `json:"type"` // audio, done, error
+	Type      string   `json:"type"` // audio, timestamps, flush_done, done, error
 	ContextID string   `json:"context_id,omitempty"`
 	Seq       int      `json:"seq,omitempty"`
 	Data      []byte   `json:"data,omitempty"` // base64 in JSON
 	Metrics   *Metrics `json:"metrics,omitempty"`
-	Canceled  bool     `json:"canceled,omitempty"`
-	Code      string   `json:"code,omitempty"`
-	Message   string   `json:"message,omitempty"`
+	// WordTimestamps come with type timestamps.
+	WordTimestamps *WordTimestamps `json:"word_timestamps,omitempty"`
+	Canceled       bool            `json:"canceled,omitempty"`
+	Code           string          `json:"code,omitempty"`
+	Message        string          `json:"message,omitempty"`
 	// RetryAfterMs comes with code busy.
 	RetryAfterMs int64 `json:"retry_after_ms,omitempty"`
 }
@@ -96,4 +104,15 @@ func decodeClientMessage(data []byte) (ClientMessage, string, error) {
 		}
 	}
 	return m, "", nil
+}
+
+// binaryAudio lays out an audio message as a binary frame: the context id's length in one
+// byte, the id, the sequence number as a big-endian uint32, then the audio bytes. (A
+// context id is at most 128 bytes.)
+func binaryAudio(m ServerMessage) []byte {
+	b := make([]byte, 0, 1+len(m.ContextID)+4+len(m.Data))
+	b = append(b, byte(len(m.ContextID)))
+	b = append(b, m.ContextID...)
+	b = binary.BigEndian.AppendUint32(b, uint32(m.Seq))
+	return append(b, m.Data...)
 }

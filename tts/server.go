@@ -136,13 +136,13 @@ func (s *Server) AdmissionStats() map[string]stream.AdmissionStats {
 // encoding its audio with enc and handing each encoded chunk to send. It returns the
 // samples produced (at the synthesizer's rate) and the first chunk's time.
 func (s *Server) synthesize(ctx context.Context, syn stream.Synthesizer, req stream.SynthRequest, enc *audioout.Encoder,
-	send func([]byte) error, produced func(samples int)) (samples int, err error) {
+	send func([]byte) error, produced func(samples []float32)) (samples int, err error) {
 	name := syn.Info().Name
 	var buf []byte
 	job := stream.TTSJob{Synth: syn, Admission: s.admission(name), Request: req, Log: s.cfg.Logger,
 		Out: func(c stream.SynthChunk) error {
 			if produced != nil {
-				produced(len(c.Samples))
+				produced(c.Samples)
 			}
 			var err error
 			if buf, err = enc.Encode(buf[:0], c.Samples); err != nil {

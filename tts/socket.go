@@ -52,9 +52,11 @@ type ttsContext struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	pieces chan piece
-	text   string // received text not yet handed to the worker
-	chars  int    // all text received, for the limit
-	closed bool   // continue:false seen; no more text
+	text   string     // received text not yet handed to the worker
+	chars  int        // all text received, for the limit
+	closed bool       // continue:false seen; no more text
+	binary bool       // audio goes out as binary frames
+	timer  *wordTimer // word timestamps, when asked for
 
 	// dropped is set by a client's cancel: its queued audio is not sent. (A context that
 	// simply finished still has its last audio waiting in the queue.)
@@ -127,7 +129,13 @@ func (k *socket) writer() {
 			continue // draining after the socket ended
 		}
 		k.conn.SetWriteDeadline(time.Now().Add(k.s.cfg.WriteTimeout))
-		if err := k.conn.WriteJSON(o.m); err != nil {
+		var err error
+		if o.c != nil && o.c.binary && o.m.Type == "audio" {
+			err = k.conn.WriteMessage(websocket.BinaryMessage, binaryAudio(o.m))
+		} else {
+			err = k.conn.WriteJSON(o.m)
+		}
+		if err != nil {
 			k.log.Info("tts socket write failed", "err", err)
 			k.cancel()
 		}
@@ -255,7 +263,10 @@ func (k *socket) open(m ClientMessage) *ttsContext {
 		return nil
 	}
 	c := &ttsContext{id: m.ContextID, syn: syn, enc: enc, pieces: make(chan piece, 256), start: time.Now(),
-		req: stream.SynthRequest{Voice: m.Voice, Owner: k.owner}}
+		req: stream.SynthRequest{Voice: m.Voice, Owner: k.owner}, binary: m.Binary}
+	if m.AddTimestamps {
+		c.timer = newWordTimer(syn.Info().SampleRate)
+	}
 	if o := m.Options; o != nil {
 		c.req.Seed, c.req.Temperature, c.req.MaxTokens = o.Seed, o.Temperature, o.MaxTokens
 	}
@@ -315,10 +326,13 @@ pieces:
 		req.Text = p.text
 		t0 := time.Now()
 		// Samples are counted as they are made, so a cancel's done reports the audio so far.
-		_, err := k.s.synthesize(c.ctx, c.syn, req, c.enc, sendAudio, func(n int) {
+		_, err := k.s.synthesize(c.ctx, c.syn, req, c.enc, sendAudio, func(samples []float32) {
 			c.mu.Lock()
-			c.samples += n
+			c.samples += len(samples)
 			c.mu.Unlock()
+			if c.timer != nil {
+				c.timer.add(samples)
+			}
 		})
 		c.mu.Lock()
 		c.busy += time.Since(t0)
@@ -334,6 +348,12 @@ pieces:
 			}
 			k.sendError(c.id, code, msg, retry)
 			return
+		}
+		if c.timer != nil {
+			ts := c.timer.piece(p.text)
+			if k.send(ServerMessage{Type: "timestamps", ContextID: c.id, WordTimestamps: &ts}, c) != nil {
+				return
+			}
 		}
 		if p.flush && k.send(ServerMessage{Type: "flush_done", ContextID: c.id}, c) != nil {
 			return
