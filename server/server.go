@@ -5,6 +5,7 @@ package server
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -30,6 +31,8 @@ type Config struct {
 	Keys         *auth.Keys
 	Sessions     *auth.SessionLimit
 	Metrics      *metrics.Metrics
+	// AccessLog, when set, gets one line per request (serve --access-log).
+	AccessLog *slog.Logger
 }
 
 // New builds the handler.
@@ -81,9 +84,13 @@ func New(c Config) http.Handler {
 	}
 	// With keys, everything but the pages and the health check needs one; WHIP and WHEP
 	// answer browsers' preflights first.
-	return whipCORS(c.Keys.Middleware(h, func(path string) bool {
+	h = whipCORS(c.Keys.Middleware(h, func(path string) bool {
 		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics"
 	}))
+	if c.AccessLog != nil {
+		h = accessLog(h, c.AccessLog)
+	}
+	return h
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -111,6 +111,7 @@ type bridgeOptions struct {
 	rate             int           // 0: the devices' native rate
 	period           time.Duration // device period
 	readout          io.Writer     // live one-line status (nil: none)
+	verbose          io.Writer     // the audio system's own messages (nil: hidden)
 }
 
 // bridgeReport is what a finished bridge ran.
@@ -134,8 +135,12 @@ func runBridge(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.rate, "rate", 0, "device sample rate in Hz (0: the device's own)")
 	fs.DurationVar(&o.period, "period", 10*time.Millisecond, "device period (smaller: lower latency, more risk of glitches)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: run until Ctrl-C)")
+	verbose := fs.Bool("verbose", false, "show the audio system's own messages (ALSA prints many while it probes for devices)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	if *verbose {
+		o.verbose = stderr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -155,7 +160,11 @@ func runBridge(args []string, stdout, stderr io.Writer) error {
 
 // bridge runs input device → session → output device until ctx ends.
 func bridge(ctx context.Context, o bridgeOptions) (*bridgeReport, error) {
-	actx, err := audioContext(o.backend)
+	var actx *malgo.AllocatedContext
+	err := o.quiet(func() (err error) {
+		actx, err = audioContext(o.backend)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -215,9 +224,18 @@ func bridge(ctx context.Context, o bridgeOptions) (*bridgeReport, error) {
 		frames += int64(n)
 		work += time.Since(t0)
 	}
-	dev, err := malgo.InitDevice(actx.Context, cfg, malgo.DeviceCallbacks{Data: data})
+	var dev *malgo.Device
+	err = o.quiet(func() (err error) {
+		dev, err = malgo.InitDevice(actx.Context, cfg, malgo.DeviceCallbacks{Data: data})
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("open devices: %w", err)
+		hint := ""
+		if o.verbose == nil {
+			hint = "; --verbose shows the audio system's messages"
+		}
+		return nil, fmt.Errorf("open the input %s and the output %s: %w (is a microphone connected and not held by another program? 'voxpipe devices' lists this machine's devices%s)",
+			deviceName(inDev), deviceName(outDev), err, hint)
 	}
 	defer dev.Uninit()
 	rate := int(dev.SampleRate())
@@ -266,4 +284,21 @@ func bridge(ctx context.Context, o bridgeOptions) (*bridgeReport, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	return &bridgeReport{rate: rate, frames: frames, stats: s.Stats(), algorithm: alg}, nil
+}
+
+// quiet runs f, a call into the audio system, with the C libraries' stderr captured: shown
+// with --verbose, dropped otherwise.
+func (o bridgeOptions) quiet(f func() error) error {
+	noise, err := captureStderr(f)
+	if o.verbose != nil && noise != "" {
+		io.WriteString(o.verbose, noise)
+	}
+	return err
+}
+
+func deviceName(d *malgo.DeviceInfo) string {
+	if d == nil {
+		return "(default device)"
+	}
+	return fmt.Sprintf("%q", d.Name())
 }

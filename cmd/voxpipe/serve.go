@@ -36,6 +36,8 @@ import (
 // serveOptions are serve's settings (its flags).
 type serveOptions struct {
 	listen, voice, publicIP, level, debug, voicesDir string
+	logFormat                                        string
+	accessLog                                        bool
 	jitter                                           time.Duration
 	udpPort, threads                                 int
 	loopback                                         bool
@@ -68,6 +70,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.publicIP, "public-ip", "", "comma-separated IPs to advertise in ICE candidates (server behind 1:1 NAT)")
 	fs.BoolVar(&o.loopback, "loopback", true, "offer loopback ICE candidates (clients on the same host)")
 	fs.StringVar(&o.level, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log lines as text (key=value) or json (one object a line, for log collectors)")
+	fs.BoolVar(&o.accessLog, "access-log", false, "log one line per HTTP request: method, path (no query), status, bytes, duration, remote address")
 	fs.StringVar(&o.debug, "debug-listen", "", "serve Go's pprof profiles on this address (e.g. localhost:6060); beyond loopback only with --admin-key, and every request needs it")
 	fs.StringVar(&o.voicesDir, "voices", defaultDataDir()+"/voices", "voice library directory (uploaded reference clips)")
 	fs.StringVar(&o.ttsModel, "tts-model", "", "MioTTS language model (GGUF) for text to speech")
@@ -124,7 +128,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if err := auth.Required(o.listen, keys); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, o.level)
+	log, err := newLogger(stderr, o.level, o.logFormat)
 	if err != nil {
 		return err
 	}
@@ -295,8 +299,12 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	if err != nil {
 		return nil, err
 	}
-	a.handler = server.New(server.Config{RTC: srv, TTS: ttsSrv, Library: lib, Voices: voices, VoiceDetails: details, Synthesizers: synths,
-		DefaultVoice: o.voice, Keys: keys, Sessions: sessions, Metrics: met})
+	cfg := server.Config{RTC: srv, TTS: ttsSrv, Library: lib, Voices: voices, VoiceDetails: details, Synthesizers: synths,
+		DefaultVoice: o.voice, Keys: keys, Sessions: sessions, Metrics: met}
+	if o.accessLog {
+		cfg.AccessLog = log.With("log", "access")
+	}
+	a.handler = server.New(cfg)
 	return a, nil
 }
 
