@@ -44,6 +44,7 @@ type Message struct {
 	Ref         string             `json:"ref,omitempty"` // reference clip of a voice that takes one
 	Params      map[string]float64 `json:"params,omitempty"`
 	Passthrough *bool              `json:"passthrough,omitempty"`
+	Channel     string             `json:"channel,omitempty"` // session, ready: the channel the session is live on
 
 	// speak, cancel, and the speaking/done events of text-to-speech sessions
 	Text      string      `json:"text,omitempty"`

@@ -29,6 +29,10 @@ type peer struct {
 	conn  *websocket.Conn
 	log   *slog.Logger
 
+	// channel is the name the session is live under (channels.go), "" for none; srv.mu
+	// guards it.
+	channel string
+
 	writeMu sync.Mutex // serialises socket writes (signaling goroutine, Pion callbacks, media loop)
 
 	// mu guards the voice state the signaling goroutine changes and stats read; it is never
@@ -154,19 +158,26 @@ func (p *peer) handle(ctx context.Context, m Message) bool {
 			p.sendError(CodeBadCandidate, fmt.Sprintf("cannot add candidate: %v", err), false)
 		}
 	case "session":
-		if m.Mode == "tts" {
-			if code, err := p.startTTS(ctx, m); err != nil {
-				p.sendError(code, err.Error(), false)
+		if m.Channel != "" {
+			// Checked first: a message with a bad name changes nothing.
+			if err := checkChannel(m.Channel); err != nil {
+				p.sendError(CodeBadChannel, err.Error(), false)
 				return false
 			}
-			if p.pc != nil {
-				p.sendReady()
-			}
-			return false
 		}
-		if code, err := p.configure(m); err != nil {
+		var code string
+		var err error
+		if m.Mode == "tts" {
+			code, err = p.startTTS(ctx, m)
+		} else {
+			code, err = p.configure(m)
+		}
+		if err != nil {
 			p.sendError(code, err.Error(), false)
 			return false
+		}
+		if m.Channel != "" {
+			p.srv.setChannel(p, m.Channel)
 		}
 		if p.pc != nil {
 			p.sendReady()
@@ -430,8 +441,11 @@ func (p *peer) sendReady() {
 	p.mu.Lock()
 	info, voice := p.voice.Info(), p.voiceName // the selected voice: its swap may still be queued
 	p.mu.Unlock()
+	p.srv.mu.Lock()
+	channel := p.channel
+	p.srv.mu.Unlock()
 	alg := p.srv.AlgorithmicLatency(info)
-	p.send(Message{Type: "ready", SessionID: p.id, Voice: voice, SampleRate: info.SampleRate,
+	p.send(Message{Type: "ready", SessionID: p.id, Voice: voice, Channel: channel, SampleRate: info.SampleRate,
 		AlgorithmicLatency: float64(alg.Microseconds()) / 1000})
 }
 

@@ -79,9 +79,11 @@ type Server struct {
 	wg     sync.WaitGroup
 	active atomic.Int64
 
-	mu      sync.Mutex
-	peers   map[string]*peer  // live sessions by id (WHEP looks them up)
-	viewers map[string]viewer // WHEP viewers by id
+	mu         sync.Mutex
+	peers      map[string]*peer            // live sessions by id (WHEP looks them up)
+	viewers    map[string]viewer           // WHEP viewers by id
+	channels   map[channelKey]channelEntry // each named channel's live session (channels.go)
+	channelSeq uint64
 }
 
 // NewServer builds the WebRTC API (Opus only, default interceptors) and the server.
@@ -112,7 +114,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if len(cfg.PublicIPs) > 0 {
 		se.SetNAT1To1IPs(cfg.PublicIPs, webrtc.ICECandidateTypeHost)
 	}
-	s := &Server{cfg: cfg, peers: map[string]*peer{}, viewers: map[string]viewer{}, sched: cfg.Scheduler}
+	s := &Server{cfg: cfg, peers: map[string]*peer{}, viewers: map[string]viewer{}, channels: map[channelKey]channelEntry{}, sched: cfg.Scheduler}
 	if cfg.UDPPort > 0 {
 		conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: cfg.UDPPort})
 		if err != nil {
@@ -157,13 +159,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer s.cfg.OnSession(id, false)
 	}
 	log := s.cfg.Logger.With("session", id, "remote", r.RemoteAddr)
+	started := time.Now()
 	log.Info("session started")
 	p := newPeer(s, id, conn, log)
 	p.owner = auth.PrincipalOf(r.Context())
 	s.addPeer(p)
 	p.run(s.ctx)
 	s.removePeer(p)
-	log.Info("session ended")
+	log.Info("session ended", p.summary(started)...)
 }
 
 // SessionReport is a live session's once-a-second report for the server's observers: the

@@ -27,6 +27,7 @@ const maxViewers = 8
 func (s *Server) addPeer(p *peer) {
 	s.mu.Lock()
 	s.peers[p.id] = p
+	s.mapChannel(p)
 	s.mu.Unlock()
 }
 
@@ -34,6 +35,7 @@ func (s *Server) addPeer(p *peer) {
 func (s *Server) removePeer(p *peer) {
 	s.mu.Lock()
 	delete(s.peers, p.id)
+	s.unmapChannel(p) // the channel is idle until a new session names it
 	var gone []viewer
 	for id, v := range s.viewers {
 		if v.session == p.id && v.pc != nil { // one still negotiating sees the session gone
@@ -102,9 +104,15 @@ func (s *Server) WHIP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	m := Message{Type: "session", Voice: q.Get("voice"), Ref: q.Get("ref")}
+	m := Message{Type: "session", Voice: q.Get("voice"), Ref: q.Get("ref"), Channel: q.Get("channel")}
+	if m.Channel != "" {
+		if err := checkChannel(m.Channel); err != nil {
+			http.Error(w, CodeBadChannel+": "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
 	for k, vs := range q {
-		if k == "voice" || k == "ref" || k == "token" {
+		if k == "voice" || k == "ref" || k == "token" || k == "channel" {
 			continue
 		}
 		v, err := strconv.ParseFloat(vs[0], 64)
@@ -147,12 +155,14 @@ func (s *Server) WHIP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "negotiation failed: "+err.Error())
 		return
 	}
+	s.setChannel(p, m.Channel) // not live yet: addPeer maps the channel
 	s.addPeer(p)
 	s.active.Add(1)
 	if s.cfg.OnSession != nil {
 		s.cfg.OnSession(id, true)
 	}
 	s.wg.Add(1)
+	started := time.Now()
 	go func() { // the session lives until DELETE, the peer connection failing, or shutdown
 		defer s.wg.Done()
 		<-ctx.Done()
@@ -163,7 +173,7 @@ func (s *Server) WHIP(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.OnSession != nil {
 			s.cfg.OnSession(id, false)
 		}
-		log.Info("whip session ended")
+		log.Info("whip session ended", p.summary(started)...)
 	}()
 	log.Info("whip session started", "voice", p.voiceName)
 	writeAnswer(w, "/v1/whip/"+id, p.answerSDP)
@@ -185,34 +195,35 @@ func (s *Server) WHIPDelete(w http.ResponseWriter, r *http.Request) {
 }
 
 // WHEP (POST /v1/whep/{session}) lets a viewer receive a live session's output track: one the viewer's key made
-// (an admin key may view any).
+// (an admin key may view any). {session} is a session id or a channel name (the channel's
+// live session now); the Location names the session either way.
 func (s *Server) WHEP(w http.ResponseWriter, r *http.Request) {
 	offer, ok := s.readOffer(w, r)
 	if !ok {
 		return
 	}
-	session := r.PathValue("session")
+	asked := r.PathValue("session")
 	owner := auth.PrincipalOf(r.Context())
 	vid := newID("v")
 	// The viewer's place is taken under the lock that counts them, before negotiating, so
 	// concurrent requests cannot pass the cap together; a failure gives it back.
 	s.mu.Lock()
-	p, ok := s.peers[session]
-	if ok && !auth.CanSee(p.owner, owner) {
-		ok = false
-	}
-	n := 0
-	for _, v := range s.viewers {
-		if v.session == session {
-			n++
+	p, ok := s.lookupSession(owner, asked)
+	session, n := "", 0
+	if ok {
+		session = p.id
+		for _, v := range s.viewers {
+			if v.session == session {
+				n++
+			}
 		}
-	}
-	if ok && n < maxViewers {
-		s.viewers[vid] = viewer{session: session, owner: owner}
+		if n < maxViewers {
+			s.viewers[vid] = viewer{session: session, owner: owner}
+		}
 	}
 	s.mu.Unlock()
 	if !ok {
-		http.Error(w, "no live session "+session, http.StatusNotFound)
+		http.Error(w, "no live session or channel "+asked, http.StatusNotFound)
 		return
 	}
 	if n >= maxViewers {

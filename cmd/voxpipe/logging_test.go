@@ -93,7 +93,16 @@ func TestJSONLogsAndAccessLog(t *testing.T) {
 		t.Error("the access log shows a query string (tokens travel there)")
 	}
 	want := map[string]float64{"/healthz": 200, "/v1/nothing-here": 404, "/v1/rtc": 101}
+	summary := false
 	for _, m := range jsonLines(t, out) {
+		if m["msg"] == "session ended" {
+			summary = true
+			for _, k := range []string{"duration", "voice", "audio", "late_chunks", "underflows", "latency", "packets", "lost", "fec", "plc"} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("session summary without %s: %v", k, m)
+				}
+			}
+		}
 		if m["log"] != "access" {
 			continue
 		}
@@ -104,6 +113,9 @@ func TestJSONLogsAndAccessLog(t *testing.T) {
 			}
 			delete(want, path)
 		}
+	}
+	if !summary {
+		t.Error("no session ended line")
 	}
 	if len(want) > 0 {
 		t.Errorf("no access line for %v in:\n%s", want, out)

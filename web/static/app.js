@@ -43,6 +43,26 @@ const ui = {
   refFile: $('ref-file'),
   refUpload: $('ref-upload'),
   refMsg: $('ref-msg'),
+  channel: $('channel'),
+  channelMsg: $('channel-msg'),
+  obsURL: $('obs-url'),
+  copyOBS: $('copy-obs'),
+  obsMsg: $('obs-msg'),
+  mic: $('mic'),
+  speaker: $('speaker'),
+  speakerNote: $('speaker-note'),
+  gain: $('gain'),
+  gainOut: $('gain-out'),
+  noise: $('noise'),
+  agc: $('agc'),
+  inLevel: $('in-level'),
+  inLevelFill: document.querySelector('#in-level .fill'),
+  preset: $('preset'),
+  presetName: $('preset-name'),
+  presetLoad: $('preset-load'),
+  presetSave: $('preset-save'),
+  presetDelete: $('preset-delete'),
+  presetMsg: $('preset-msg'),
 };
 
 const query = new URLSearchParams(location.search);
@@ -74,6 +94,7 @@ function needsRef(name) {
 const liveVoices = new Map();
 
 let current = null; // the running session, or null
+let channel = ''; // the channel the session is live on (OBS plays it by name); set below
 let state = 'idle'; // idle | starting | connecting | connected | failed
 let lastStats = null; // last `stats` message from the server
 let lastReady = null; // last `ready` message from the server
@@ -147,13 +168,23 @@ function updateOutputs() {
   ui.target.hidden = !needsRef(ui.voice.value);
 }
 
-function micConstraints() {
+// processing is the browser's own microphone processing the user chose. Echo cancellation
+// is off by default: it distorts the changed voice (headphones need none).
+function processing() {
   return {
     echoCancellation: ui.echo.checked,
-    noiseSuppression: false,
-    autoGainControl: false,
+    noiseSuppression: ui.noise.checked,
+    autoGainControl: ui.agc.checked,
     channelCount: 1,
   };
+}
+
+// micConstraints asks for the chosen microphone if it is there (ideal: a device unplugged
+// since it was saved falls back to the default rather than failing).
+function micConstraints() {
+  const c = processing();
+  if (ui.mic.value) c.deviceId = { ideal: ui.mic.value };
+  return c;
 }
 
 // iceServers are the server's STUN/TURN servers (serve --ice-server, GET /v1/rtc/config)
@@ -211,7 +242,7 @@ function send(s, msg) {
 }
 
 function sessionMessage() {
-  const msg = { type: 'session', mode: 'vc', voice: ui.voice.value, passthrough: ui.passthrough.checked };
+  const msg = { type: 'session', mode: 'vc', voice: ui.voice.value, passthrough: ui.passthrough.checked, channel };
   if (TUNABLE_VOICES.has(msg.voice)) {
     msg.params = {
       pitch_semitones: Number(ui.pitch.value),
@@ -357,30 +388,44 @@ function onTrack(s, ev) {
   }
 }
 
-export function outputLevel() {
-  const s = current;
-  if (!s || !s.analyser) return 0;
-  s.analyser.getFloatTimeDomainData(s.levelBuf);
+function rmsOf(analyser, buf) {
+  if (!analyser) return 0;
+  analyser.getFloatTimeDomainData(buf);
   let sum = 0;
-  for (const x of s.levelBuf) sum += x * x;
-  return Math.sqrt(sum / s.levelBuf.length);
+  for (const x of buf) sum += x * x;
+  return Math.sqrt(sum / buf.length);
+}
+
+// outputLevel is the RMS of the audio coming back; inputLevel of the audio sent (after the
+// input gain).
+export function outputLevel() {
+  return current ? rmsOf(current.analyser, current.levelBuf) : 0;
+}
+
+export function inputLevel() {
+  return current ? rmsOf(current.inAnalyser, current.inBuf) : 0;
+}
+
+function paintMeter(meter, fill, rms, aria) {
+  const db = rms > 0 ? 20 * Math.log10(rms) : -Infinity;
+  const pct = Math.max(0, Math.min(1, (db + 60) / 60));
+  fill.style.width = `${(pct * 100).toFixed(1)}%`;
+  if (aria) {
+    const v = Number.isFinite(db) ? Math.max(-60, Math.round(db)) : -60;
+    meter.setAttribute('aria-valuenow', String(v));
+    meter.setAttribute('aria-valuetext', v <= -60 ? 'silent' : `${v} dB`);
+  }
 }
 
 let meterFrame = 0;
 let meterAriaAt = 0;
 function drawMeter() {
   meterFrame = requestAnimationFrame(drawMeter);
-  const rms = outputLevel();
-  const db = rms > 0 ? 20 * Math.log10(rms) : -Infinity;
-  const pct = Math.max(0, Math.min(1, (db + 60) / 60));
-  ui.levelFill.style.width = `${(pct * 100).toFixed(1)}%`;
   const now = performance.now();
-  if (now - meterAriaAt > 500) {
-    meterAriaAt = now;
-    const v = Number.isFinite(db) ? Math.max(-60, Math.round(db)) : -60;
-    ui.level.setAttribute('aria-valuenow', String(v));
-    ui.level.setAttribute('aria-valuetext', v <= -60 ? 'silent' : `${v} dB`);
-  }
+  const aria = now - meterAriaAt > 500; // screen readers need no 60 updates a second
+  if (aria) meterAriaAt = now;
+  paintMeter(ui.level, ui.levelFill, outputLevel(), aria);
+  paintMeter(ui.inLevel, ui.inLevelFill, inputLevel(), aria);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -526,13 +571,13 @@ function teardown(s) {
   }
   if (s.pc) s.pc.close();
   if (s.stream) for (const t of s.stream.getTracks()) t.stop();
+  if (s.sent) s.sent.stop();
   if (s.ctx) s.ctx.close().catch(() => {});
   if (current === s) current = null;
   ui.remote.srcObject = null;
   cancelAnimationFrame(meterFrame);
-  ui.levelFill.style.width = '0%';
-  ui.level.setAttribute('aria-valuenow', '-60');
-  ui.level.setAttribute('aria-valuetext', 'silent');
+  paintMeter(ui.level, ui.levelFill, 0, true);
+  paintMeter(ui.inLevel, ui.inLevelFill, 0, true);
 }
 
 function fail(s, err) {
@@ -559,6 +604,11 @@ export async function start() {
     ctx: null,
     analyser: null,
     levelBuf: null,
+    source: null, // the microphone in Web Audio → gain → the track sent
+    gain: null,
+    inAnalyser: null,
+    inBuf: null,
+    sent: null,
     pendingLocal: [],
     pendingRemote: [],
     offerSent: false,
@@ -584,15 +634,14 @@ export async function start() {
     if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
       throw new Error('microphone access needs a secure page (HTTPS or localhost)');
     }
-    try {
-      s.stream = await navigator.mediaDevices.getUserMedia({ audio: micConstraints(), video: false });
-    } catch (err) {
-      throw new Error(`microphone unavailable: ${err.message || err.name}`);
-    }
+    s.stream = await openMic();
     if (s !== current) {
       for (const t of s.stream.getTracks()) t.stop();
       return;
     }
+    listDevices(); // labels and ids are there once the microphone is allowed
+    applySink();
+    s.sent = inputGraph(s);
 
     const ice = await iceServers();
     if (s !== current) {
@@ -601,7 +650,7 @@ export async function start() {
     }
     const pc = new RTCPeerConnection({ iceServers: ice, bundlePolicy: 'max-bundle' });
     s.pc = pc;
-    pc.addTransceiver(s.stream.getAudioTracks()[0], { direction: 'sendrecv', streams: [s.stream] });
+    s.sender = pc.addTransceiver(s.sent, { direction: 'sendrecv', streams: [new MediaStream([s.sent])] }).sender;
     pc.ontrack = (ev) => onTrack(s, ev);
     pc.onicecandidate = (ev) => {
       const c = ev.candidate ? ev.candidate.toJSON() : null;
@@ -651,17 +700,95 @@ export async function start() {
   }
 }
 
-async function echoChanged() {
+async function openMic() {
+  try {
+    return await navigator.mediaDevices.getUserMedia({ audio: micConstraints(), video: false });
+  } catch (err) {
+    throw new Error(`microphone unavailable: ${err.message || err.name}`);
+  }
+}
+
+// inputGraph routes the microphone through Web Audio (source → gain → destination, with an
+// analyser for the input meter) and returns the track to send: the gain then works live
+// and a new microphone is swapped in without renegotiating. Without Web Audio the
+// microphone's own track is sent.
+function inputGraph(s) {
+  const mic = s.stream.getAudioTracks()[0];
+  if (!s.ctx) return mic.clone();
+  try {
+    s.source = s.ctx.createMediaStreamSource(s.stream);
+    s.gain = s.ctx.createGain();
+    s.gain.gain.value = dbToGain(ui.gain.value);
+    s.inAnalyser = s.ctx.createAnalyser();
+    s.inAnalyser.fftSize = 2048;
+    s.inBuf = new Float32Array(s.inAnalyser.fftSize);
+    const dest = s.ctx.createMediaStreamDestination();
+    dest.channelCount = 1;
+    s.source.connect(s.gain).connect(dest);
+    s.gain.connect(s.inAnalyser);
+    return dest.stream.getAudioTracks()[0];
+  } catch (err) {
+    console.warn('voxpipe: Web Audio input unavailable, sending the microphone as is', err);
+    return mic.clone();
+  }
+}
+
+export function dbToGain(db) {
+  return 10 ** (Number(db) / 20);
+}
+
+function gainChanged() {
+  ui.gainOut.textContent = `${Number(ui.gain.value) > 0 ? '+' : ''}${Number(ui.gain.value)} dB`.replace('-', '−');
+  const s = current;
+  if (s && s.gain) s.gain.gain.setTargetAtTime(dbToGain(ui.gain.value), s.ctx.currentTime, 0.015);
+}
+
+// processingChanged applies the echo/noise/gain choices to the live microphone; what the
+// browser cannot change live applies at the next Start.
+async function processingChanged() {
   const s = current;
   if (!s || !s.stream) return;
   const track = s.stream.getAudioTracks()[0];
+  const want = processing();
   try {
-    await track.applyConstraints(micConstraints());
+    await track.applyConstraints(want);
   } catch {}
-  const on = track.getSettings().echoCancellation;
-  if (on !== undefined && on !== ui.echo.checked) {
-    setStatus('Echo cancellation change applies after Stop and Start.');
+  const got = track.getSettings();
+  const pending = ['echoCancellation', 'noiseSuppression', 'autoGainControl'].some(
+    (k) => got[k] !== undefined && got[k] !== want[k],
+  );
+  if (pending) setStatus('The microphone processing change applies after Stop and Start.');
+}
+
+// micChanged swaps the chosen microphone into a running session: only the Web Audio source
+// changes, the track sent stays (or, without Web Audio, the sender's track is replaced).
+async function micChanged() {
+  store.set('mic', ui.mic.value);
+  const s = current;
+  if (!s || !s.stream || !s.pc) return;
+  let next;
+  try {
+    next = await openMic();
+  } catch (err) {
+    setStatus(err.message, 'error');
+    return;
   }
+  if (s !== current) {
+    for (const t of next.getTracks()) t.stop();
+    return;
+  }
+  const old = s.stream;
+  s.stream = next;
+  if (s.source) {
+    s.source.disconnect();
+    s.source = s.ctx.createMediaStreamSource(next);
+    s.source.connect(s.gain);
+  } else {
+    if (s.sent) s.sent.stop();
+    s.sent = next.getAudioTracks()[0].clone();
+    await s.sender.replaceTrack(s.sent);
+  }
+  for (const t of old.getTracks()) t.stop();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -710,7 +837,7 @@ async function loadVoices(select) {
     }
     for (const v of list?.processors ?? []) ensureVoiceOption(v);
     if (wanted && [...ui.voice.options].some((o) => o.value === wanted)) ui.voice.value = wanted;
-    fillRefs(list?.voices, select);
+    fillRefs(list?.voices, select ?? (pendingRef || undefined));
   } catch {
     // keep what the page has
   }
@@ -731,7 +858,7 @@ async function apiError(res) {
 async function uploadRef() {
   const file = ui.refFile.files && ui.refFile.files[0];
   if (!file) {
-    setRefMsg('Choose a WAV clip first.', 'error');
+    setRefMsg('Choose a clip first (WAV, FLAC, Ogg or MP3).', 'error');
     return;
   }
   const name = ui.refName.value.trim() || file.name.replace(/\.[^.]*$/, '');
@@ -759,8 +886,274 @@ async function uploadRef() {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Settings kept in the browser (localStorage, keys "voxpipe.*"); a browser that refuses
+// storage just forgets them.
+
+const store = {
+  get(key, fallback) {
+    try {
+      const v = localStorage.getItem(`voxpipe.${key}`);
+      return v === null ? fallback : JSON.parse(v);
+    } catch {
+      return fallback;
+    }
+  },
+  set(key, value) {
+    try {
+      localStorage.setItem(`voxpipe.${key}`, JSON.stringify(value));
+    } catch {}
+  },
+};
+
+// ---------------------------------------------------------------------------------------
+// Channel and OBS URL: the channel is a stable name for whatever session this page runs,
+// so the OBS URL (obs.html?channel=NAME) survives Stop/Start and reloads.
+
+// channelError says why a name cannot be a channel ('' when it can); the server checks the
+// same (docs/protocol.md).
+export function channelError(name) {
+  if (!name) return 'Give the channel a name.';
+  if (name.length > 64) return 'At most 64 characters.';
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(name)) {
+    return "Use letters, digits, '.', '_' and '-', starting with a letter or digit.";
+  }
+  if (/^[sw][0-9a-f]{32}$/.test(name)) return 'That looks like a session id; choose another name.';
+  return '';
+}
+
+const WORDS = [
+  ['amber', 'brave', 'calm', 'clever', 'gentle', 'happy', 'lucky', 'mellow', 'misty', 'quiet', 'rapid', 'silver', 'sunny', 'swift', 'velvet', 'wild'],
+  ['badger', 'comet', 'falcon', 'fox', 'heron', 'koala', 'lynx', 'otter', 'owl', 'panda', 'raven', 'robin', 'tiger', 'walrus', 'wombat', 'zebra'],
+];
+
+function randomChannel() {
+  const r = crypto.getRandomValues(new Uint32Array(3));
+  return `${WORDS[0][r[0] % 16]}-${WORDS[1][r[1] % 16]}-${100 + (r[2] % 900)}`;
+}
+
+// The page URL's ?channel= wins, then the one saved, else a new random one (saved).
+function initialChannel() {
+  const wanted = query.get('channel');
+  if (wanted && !channelError(wanted)) return wanted;
+  if (wanted) setChannelMsg(`?channel=${wanted}: ${channelError(wanted)}`, 'error');
+  const saved = store.get('channel', '');
+  return saved && !channelError(saved) ? saved : randomChannel();
+}
+
+function setChannelMsg(text, kind = 'info') {
+  ui.channelMsg.textContent = text;
+  ui.channelMsg.dataset.kind = kind;
+}
+
+export function obsURL() {
+  const url = `${location.origin}/obs.html?channel=${encodeURIComponent(channel)}`;
+  return TOKEN ? `${url}&token=${encodeURIComponent(TOKEN)}` : url;
+}
+
+function setChannel(name) {
+  channel = name;
+  store.set('channel', name);
+  ui.obsURL.value = obsURL();
+}
+
+// channelInput checks the name as it is typed; channelCommit takes it (a running session
+// moves to it at once).
+function channelInput() {
+  const err = channelError(ui.channel.value.trim());
+  ui.channel.setAttribute('aria-invalid', String(Boolean(err)));
+  setChannelMsg(err, err ? 'error' : 'info');
+}
+
+function channelCommit() {
+  const name = ui.channel.value.trim();
+  const err = channelError(name);
+  if (err) {
+    setChannelMsg(`${err} Still using “${channel}”.`, 'error');
+    return;
+  }
+  ui.channel.value = name;
+  setChannel(name);
+  setChannelMsg('');
+  controlsChanged();
+}
+
+function setOBSMsg(text, kind = 'info') {
+  ui.obsMsg.textContent = text;
+  ui.obsMsg.dataset.kind = kind;
+}
+
+// copyOBS puts the OBS URL on the clipboard; where the browser refuses (no clipboard API,
+// no permission, not a secure page) it selects the URL in its field for Ctrl+C.
+async function copyOBS() {
+  ui.obsURL.value = obsURL();
+  const key = TOKEN ? ' It holds your API key: keep it private.' : '';
+  try {
+    await navigator.clipboard.writeText(ui.obsURL.value);
+    setOBSMsg(`Copied. In OBS add a Browser Source with this URL and tick “Control audio via OBS”.${key}`, 'ok');
+  } catch {
+    ui.obsURL.focus();
+    ui.obsURL.select();
+    setOBSMsg(`Press Ctrl+C (⌘C) to copy the selected URL.${key}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Devices: the microphone (getUserMedia deviceId) and the output (setSinkId where the
+// browser has it), both remembered.
+
+const CAN_PICK_OUTPUT = 'setSinkId' in HTMLMediaElement.prototype;
+
+function fillDevices(select, devices, chosen, noun) {
+  const opts = [new Option('System default', '')];
+  devices.forEach((d, i) => {
+    if (d.deviceId && d.deviceId !== 'default') opts.push(new Option(d.label || `${noun} ${i + 1}`, d.deviceId));
+  });
+  // A saved device that is not listed (unplugged, or labels not yet allowed) stays chosen.
+  if (chosen && !opts.some((o) => o.value === chosen)) opts.push(new Option(`saved ${noun.toLowerCase()}`, chosen));
+  select.replaceChildren(...opts);
+  select.value = chosen;
+}
+
+async function listDevices() {
+  if (!navigator.mediaDevices || !navigator.mediaDevices.enumerateDevices) return;
+  let devices;
+  try {
+    devices = await navigator.mediaDevices.enumerateDevices();
+  } catch {
+    return;
+  }
+  fillDevices(ui.mic, devices.filter((d) => d.kind === 'audioinput'), store.get('mic', ''), 'Microphone');
+  if (CAN_PICK_OUTPUT) {
+    fillDevices(ui.speaker, devices.filter((d) => d.kind === 'audiooutput'), store.get('speaker', ''), 'Output');
+  }
+}
+
+async function applySink() {
+  if (!CAN_PICK_OUTPUT) return;
+  try {
+    await ui.remote.setSinkId(ui.speaker.value);
+    ui.speakerNote.hidden = true;
+  } catch (err) {
+    ui.speakerNote.hidden = false;
+    ui.speakerNote.textContent = `Cannot play on that output (${err.name || err.message}); using the default.`;
+  }
+}
+
+function speakerChanged() {
+  store.set('speaker', ui.speaker.value);
+  applySink();
+}
+
+// ---------------------------------------------------------------------------------------
+// Presets: named sets of the voice and microphone controls, kept in this browser.
+
+function presets() {
+  const p = store.get('presets', {});
+  return p && typeof p === 'object' ? p : {};
+}
+
+function currentPreset() {
+  return {
+    voice: ui.voice.value,
+    pitch: Number(ui.pitch.value),
+    formant: Number(ui.formant.value),
+    ref: ui.ref.value,
+    gain: Number(ui.gain.value),
+    echo: ui.echo.checked,
+    noise: ui.noise.checked,
+    agc: ui.agc.checked,
+  };
+}
+
+let pendingRef = ''; // a preset's ref not yet listed (the library loads after the page)
+
+function applyPreset(p) {
+  if (typeof p.voice === 'string' && p.voice) {
+    ensureVoiceOption(p.voice);
+    ui.voice.value = p.voice;
+  }
+  if (Number.isFinite(p.pitch)) ui.pitch.value = String(p.pitch);
+  if (Number.isFinite(p.formant)) ui.formant.value = String(p.formant);
+  if (typeof p.ref === 'string') {
+    pendingRef = p.ref;
+    if ([...ui.ref.options].some((o) => o.value === p.ref)) ui.ref.value = p.ref;
+  }
+  if (Number.isFinite(p.gain)) ui.gain.value = String(p.gain);
+  for (const k of ['echo', 'noise', 'agc']) if (typeof p[k] === 'boolean') ui[k].checked = p[k];
+  gainChanged();
+  processingChanged();
+  controlsChanged();
+}
+
+function fillPresets(select = ui.preset.value) {
+  const names = Object.keys(presets()).sort((a, b) => a.localeCompare(b));
+  ui.preset.replaceChildren(new Option('— no preset —', ''), ...names.map((n) => new Option(n, n)));
+  ui.preset.value = names.includes(select) ? select : '';
+}
+
+function setPresetMsg(text, kind = 'info') {
+  ui.presetMsg.textContent = text;
+  ui.presetMsg.dataset.kind = kind;
+}
+
+function savePreset() {
+  const name = ui.presetName.value.trim() || ui.preset.value;
+  if (!name) {
+    setPresetMsg('Name the preset first.', 'error');
+    return;
+  }
+  store.set('presets', { ...presets(), [name]: currentPreset() });
+  store.set('preset', name);
+  fillPresets(name);
+  ui.presetName.value = '';
+  setPresetMsg(`Saved “${name}”.`, 'ok');
+}
+
+function loadPreset() {
+  const name = ui.preset.value;
+  const p = presets()[name];
+  if (!p) {
+    setPresetMsg('Choose a preset to load.', 'error');
+    return;
+  }
+  applyPreset(p);
+  store.set('preset', name);
+  setPresetMsg(`Loaded “${name}”.`, 'ok');
+}
+
+function deletePreset() {
+  const name = ui.preset.value;
+  if (!name) {
+    setPresetMsg('Choose a preset to delete.', 'error');
+    return;
+  }
+  const all = presets();
+  delete all[name];
+  store.set('presets', all);
+  if (store.get('preset', '') === name) store.set('preset', '');
+  fillPresets('');
+  setPresetMsg(`Deleted “${name}”.`);
+}
+
+// ---------------------------------------------------------------------------------------
+// Events and start-up
+
 ui.start.addEventListener('click', () => (current ? stop() : start()));
-ui.echo.addEventListener('change', echoChanged);
+for (const box of [ui.echo, ui.noise, ui.agc]) box.addEventListener('change', processingChanged);
+ui.gain.addEventListener('input', gainChanged);
+ui.mic.addEventListener('change', micChanged);
+ui.speaker.addEventListener('change', speakerChanged);
+ui.channel.addEventListener('input', channelInput);
+ui.channel.addEventListener('change', channelCommit);
+ui.copyOBS.addEventListener('click', copyOBS);
+ui.obsURL.addEventListener('focus', () => ui.obsURL.select());
+ui.presetSave.addEventListener('click', savePreset);
+ui.presetLoad.addEventListener('click', loadPreset);
+ui.presetDelete.addEventListener('click', deletePreset);
+ui.preset.addEventListener('change', () => {
+  ui.presetName.value = ui.preset.value;
+});
 ui.refUpload.addEventListener('click', uploadRef);
 for (const input of [ui.voice, ui.pitch, ui.formant, ui.passthrough, ui.ref]) {
   input.addEventListener('input', controlsChanged);
@@ -774,6 +1167,26 @@ ui.reset.addEventListener('click', () => {
 });
 window.addEventListener('pagehide', () => stop());
 
+setChannel(initialChannel());
+ui.channel.value = channel;
+if (!CAN_PICK_OUTPUT) {
+  ui.speaker.disabled = true;
+  ui.speakerNote.hidden = false;
+  ui.speakerNote.textContent = 'This browser cannot choose the output device: audio plays on the system default.';
+}
+listDevices();
+if (navigator.mediaDevices && navigator.mediaDevices.addEventListener) {
+  navigator.mediaDevices.addEventListener('devicechange', listDevices);
+}
+fillPresets();
+// The preset last saved or loaded comes back after a reload (the URL's ?voice= still wins).
+const lastPreset = presets()[store.get('preset', '')];
+if (lastPreset) {
+  applyPreset(lastPreset);
+  ui.preset.value = store.get('preset', '');
+  if (query.get('voice')) ui.voice.value = query.get('voice');
+}
+gainChanged();
 updateOutputs();
 setState('idle');
 
@@ -799,7 +1212,12 @@ window.voxpipe = {
   get liveVoices() {
     return Object.fromEntries(liveVoices);
   },
+  get channel() {
+    return channel;
+  },
+  obsURL,
   outputLevel,
+  inputLevel,
   start,
   stop,
 };
