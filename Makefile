@@ -73,6 +73,7 @@ bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the mod
 fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $${FUZZTIME:-30s} ./engine/gguf
 	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime $${FUZZTIME:-30s} ./dsp/wav
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $${FUZZTIME:-30s} -fuzzminimizetime 500x ./dsp/audiofile
 	$(GO) test -run '^$$' -fuzz FuzzDecodeMessage -fuzztime $${FUZZTIME:-30s} ./rtc
 	$(GO) test -run '^$$' -fuzz FuzzCheckOffer -fuzztime $${FUZZTIME:-30s} ./rtc
 	$(GO) test -run '^$$' -fuzz FuzzEncode -fuzztime $${FUZZTIME:-30s} ./models/bpe

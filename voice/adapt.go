@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/stream"
@@ -89,7 +89,7 @@ func Voices(lib *library.Library, files map[string]string) *VoiceSet {
 func (s *VoiceSet) Clip(principal, name string) ([]float32, int, error) {
 	if s != nil {
 		if path, ok := s.files[name]; ok {
-			a, err := wav.ReadFile(path)
+			a, err := audiofile.ReadFile(path, audiofile.FileLimits)
 			if err != nil {
 				return nil, 0, fmt.Errorf("voice %q: %w", name, err)
 			}

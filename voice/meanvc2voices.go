@@ -3,9 +3,8 @@ package voice
 import (
 	"errors"
 	"fmt"
-	"strings"
 
-	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/internal/embcache"
 	"github.com/voxpipe/voxpipe/models/meanvc2"
@@ -70,8 +69,9 @@ func fromClip(m *meanvc2.Model, clip []float32, rate int, make func(*meanvc2.Mod
 }
 
 // MeanVC2Voices makes MeanVC2 processors whose target voice is a reference clip: a voice
-// library entry, or the operator's default (a WAV path or a library entry). Embeddings are
-// cached by clip content (Model.Embeddings), so a voice is embedded once.
+// library entry, or the operator's default (a path to an audio file of a format
+// dsp/audiofile reads, or a library entry). Embeddings are cached by clip content
+// (Model.Embeddings), so a voice is embedded once.
 type MeanVC2Voices struct {
 	Model      *meanvc2.Model
 	Library    *library.Library
@@ -90,12 +90,12 @@ func (v *MeanVC2Voices) Processor(owner, ref string) (stream.Processor, error) {
 	switch {
 	case ref == "" && v.DefaultRef == "":
 		return nil, stream.Mark(errors.New(`voice meanvc2 needs a target voice: send "ref" (a voice library id or name; upload a clip with POST /v1/voices), or start the server with --vc-ref`), stream.ErrBadParams)
-	case ref == "" && strings.HasSuffix(strings.ToLower(v.DefaultRef), ".wav"):
+	case ref == "" && audiofile.HasAudioExt(v.DefaultRef):
 		// Only the operator's default may be a file path; a client's ref is always looked
 		// up in the library, so no session can name a file on the server.
 		name = "the default voice"
-		var a *wav.Audio
-		if a, err = wav.ReadFile(v.DefaultRef); err == nil {
+		var a *audiofile.Audio
+		if a, err = audiofile.ReadFile(v.DefaultRef, audiofile.FileLimits); err == nil {
 			clip, rate = a.Mono(), a.SampleRate
 		}
 	default:

@@ -57,8 +57,11 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	server := fs.String("server", "", "benchmark a running server at this http:// URL instead of starting one (CPU is then not measured)")
 	model := fs.String("model", "", "MeanVC2 model (GGUF) for the server it starts: --voice meanvc2 converts into --ref")
-	ref := fs.String("ref", "", "target voice clip (WAV) for --model")
+	ref := fs.String("ref", "", "target voice clip (WAV, FLAC, Ogg or MP3 file) for --model")
 	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	if err := resolveModelFlags(fs, "model"); err != nil { // a pulled model's name (voxpipe pull)
 		return err
 	}
 	if (*model == "") != (*ref == "") || *model != "" && *server != "" {

@@ -11,13 +11,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/stream"
 	"github.com/voxpipe/voxpipe/voice"
 )
 
 func runConvert(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("convert", "convert IN.wav OUT.wav [--voice dsp] [--pitch N] [--formant N] | [--model MEANVC2.gguf --ref REF.wav]", stderr)
+	fs := newFlags("convert", "convert IN OUT.wav [--voice dsp] [--pitch N] [--formant N] | [--model MEANVC2.gguf --ref REF.wav]\n\nIN (and --ref) may be "+audiofile.Accepted+", detected from the content; OUT is always WAV.", stderr)
 	voice := fs.String("voice", "dsp", "voice to convert to (meanvc2 with --model, or meanvc2-120ms / meanvc2-40ms naming the file's variant)")
 	pitch := fs.Float64("pitch", 0, "pitch shift in semitones (dsp voice, −12…12)")
 	formant := fs.Float64("formant", 0, "formant shift in semitones (dsp voice, −6…6)")
@@ -28,14 +29,17 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := resolveModelFlags(fs, "model"); err != nil { // a pulled model's name (voxpipe pull)
+		return err
+	}
 	if len(pos) != 2 {
 		fs.Usage()
-		return errors.New("need IN.wav and OUT.wav")
+		return errors.New("need IN (an audio file: " + audiofile.Accepted + ") and OUT.wav")
 	}
 	if !strings.EqualFold(filepath.Ext(pos[1]), ".wav") {
 		return fmt.Errorf("%s: only WAV files are written (name it .wav)", pos[1])
 	}
-	in, err := wav.ReadFile(pos[0])
+	in, err := audiofile.ReadFile(pos[0], audiofile.FileLimits)
 	if err != nil {
 		return err
 	}
@@ -76,7 +80,7 @@ type vcOptions struct {
 
 func (o *vcOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.model, "model", "", "MeanVC2 model (GGUF), either variant (120 ms or 40 ms, read from the file): convert into the voice of --ref")
-	fs.StringVar(&o.ref, "ref", "", "reference clip of the target voice (WAV, 1–30 s of speech), with --model")
+	fs.StringVar(&o.ref, "ref", "", "reference clip of the target voice ("+audiofile.Accepted+", 1–30 s of speech), with --model")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the model")
 }
 
@@ -106,7 +110,7 @@ func (o *vcOptions) processor(name string, live bool) (string, stream.Processor,
 	if o.ref == "" {
 		return "", nil, nil, errors.New("--model needs --ref REF.wav: a clip of the target voice (1–30 s of speech)")
 	}
-	a, err := wav.ReadFile(o.ref)
+	a, err := audiofile.ReadFile(o.ref, audiofile.FileLimits)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("reference clip: %w", err)
 	}

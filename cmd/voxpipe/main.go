@@ -18,13 +18,14 @@ type command struct {
 
 var commands = []command{
 	{"serve", "run the server: web voice changer and WebRTC signaling on http://localhost:8080", runServe},
-	{"convert", "convert a WAV file through a voice: convert IN.wav OUT.wav --voice dsp --pitch 4", runConvert},
+	{"convert", "convert an audio file (WAV, FLAC, Ogg, MP3) through a voice: convert IN OUT.wav --voice dsp --pitch 4", runConvert},
 	{"tts", `speak text with MioTTS: tts --model LM.gguf --codec CODEC.gguf --voice REF.wav "text" -o out.wav`, runTTS},
 	{"bridge", "live mic → voice → output device (e.g. a virtual cable for OBS)", runBridge},
 	{"devices", "list local audio input and output devices", runDevices},
 	{"mkmodel", "write a random-weight model file at real or tiny dimensions (for benchmarks)", runMkmodel},
 	{"bench", "benchmarks: bench loopback --sessions N --seconds S --json", runBench},
 	{"golden", "check a model family against its golden reference outputs: golden --family miotts", runGolden},
+	{"pull", "download a published model into the model cache: pull meanvc2 (pull --list shows the catalog)", runPull},
 	{"inspect", "show a GGUF model file: metadata, embedded files, tensors", runInspect},
 	{"version", "print the version, the commit it was built from and the Go and CPU it runs on", runVersion},
 }

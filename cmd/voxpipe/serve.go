@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/buffers"
+	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
@@ -76,7 +77,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.voicesDir, "voices", defaultDataDir()+"/voices", "voice library directory (uploaded reference clips)")
 	fs.StringVar(&o.ttsModel, "tts-model", "", "MioTTS language model (GGUF) for text to speech")
 	fs.StringVar(&o.codec, "codec", "", "MioCodec model (GGUF), with --tts-model")
-	fs.StringVar(&o.ttsVoice, "tts-voice", "", "default TTS voice: a WAV reference clip, or a voice library id or name")
+	fs.StringVar(&o.ttsVoice, "tts-voice", "", "default TTS voice: a reference clip file (.wav, .flac, .ogg, .opus or .mp3), or a voice library id or name")
 	fs.IntVar(&o.ttsSlots, "tts-slots", 2, "concurrent TTS streams per model; more wait in line, then get busy/503")
 	fs.DurationVar(&o.ttsWait, "tts-queue", 2*time.Second, "how long a TTS request waits for a free slot")
 	fs.Var((*listFlag)(&o.vcModels), "vc-model", "MeanVC2 model `FILE` (GGUF), either variant; repeat the flag or comma-separate to load both: each adds the live voice meanvc2-<variant> (meanvc2-120ms: quality, meanvc2-40ms: low latency) and meanvc2 names the first; a target voice is a reference clip")
@@ -89,7 +90,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.tlsSelfSigned, "tls-self-signed", false, "serve HTTPS with a self-signed certificate for this machine's names and addresses, kept next to the voice library (browsers warn once; compare the printed fingerprint)")
 	fs.StringVar(&o.obsURL, "obs", "", "obs-websocket v5 address (ws://localhost:4455): keep --obs-input's audio sync offset at the live voice's measured latency; password from $OBS_WEBSOCKET_PASSWORD")
 	fs.StringVar(&o.obsInput, "obs-input", "voxpipe", "the OBS input (source name) whose sync offset --obs sets")
-	fs.StringVar(&o.vcRef, "vc-ref", "", "default MeanVC2 target voice (every variant) when a session names none: a WAV clip, or a voice library id or name")
+	fs.StringVar(&o.vcRef, "vc-ref", "", "default MeanVC2 target voice (every variant) when a session names none: a clip file (.wav, .flac, .ogg, .opus or .mp3), or a voice library id or name")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
 	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
 	adminKeys := fs.String("admin-key", "", "comma-separated admin keys: like --api-key, but they see and may end every key's sessions and voices and have no session limit; also $VOXPIPE_ADMIN_KEYS")
@@ -107,6 +108,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if err := applyConfigFile(fs, *config); err != nil {
 			return err
 		}
+	}
+	if err := resolveModelFlags(fs, "vc-model", "tts-model", "codec"); err != nil { // a pulled model's name (voxpipe pull)
+		return err
 	}
 	for _, list := range []string{*apiKeys, os.Getenv("VOXPIPE_API_KEYS")} {
 		if list != "" {
@@ -241,7 +245,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		files := map[string]string{}
 		if o.ttsVoice != "" {
 			mt.DefaultVoice = o.ttsVoice
-			if strings.HasSuffix(strings.ToLower(o.ttsVoice), ".wav") {
+			if audiofile.HasAudioExt(o.ttsVoice) {
 				files[o.ttsVoice] = o.ttsVoice
 			}
 		}

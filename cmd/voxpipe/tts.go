@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/models/miotts"
@@ -25,7 +26,7 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("tts", `tts --model LM.gguf --codec CODEC.gguf --voice REF.wav "text" -o out.wav   (-o - streams raw 16-bit PCM to stdout)`, stderr)
 	model := fs.String("model", "", "MioTTS language model (GGUF)")
 	codec := fs.String("codec", "", "MioCodec model (GGUF)")
-	voice := fs.String("voice", "", "reference clip (WAV) whose voice to speak with")
+	voice := fs.String("voice", "", "reference clip whose voice to speak with ("+audiofile.Accepted+")")
 	out := fs.String("o", "", "output WAV file, or - for raw 16-bit little-endian mono PCM on stdout at the codec's rate")
 	textFile := fs.String("text-file", "", "read the text from this file (- for stdin) instead of the argument")
 	threads := fs.Int("threads", min(runtime.NumCPU(), 4), "engine threads")
@@ -37,6 +38,9 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	quiet := fs.Bool("quiet", false, "no progress output")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := resolveModelFlags(fs, "model", "codec"); err != nil { // a pulled model's name (voxpipe pull)
 		return err
 	}
 	text := strings.Join(pos, " ")
@@ -70,7 +74,7 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	case !miotts.Speakable(text):
 		return errors.New("the text has nothing to say (no letters or digits)")
 	}
-	ref, err := wav.ReadFile(*voice)
+	ref, err := audiofile.ReadFile(*voice, audiofile.FileLimits)
 	if err != nil {
 		return fmt.Errorf("--voice: %w", err)
 	}

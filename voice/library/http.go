@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/server/auth"
 )
 
@@ -19,7 +20,8 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
-// The HTTP handlers: POST /v1/voices (multipart: name, file) is Upload, GET
+// The HTTP handlers: POST /v1/voices (multipart: name, file — the file's name and content
+// type are not looked at, its content is: see Add) is Upload, GET
 // /v1/voices/{id} is Show and DELETE /v1/voices/{id} is Remove (server/ routes them; listing
 // is left to it, which merges the library with the built-in voices). Each request acts for
 // its principal (auth.PrincipalOf): it owns what it uploads, and sees and deletes only what
@@ -93,7 +95,7 @@ func (l *Library) Upload(w http.ResponseWriter, r *http.Request) {
 		p.Close()
 	}
 	if !haveFile {
-		writeError(w, http.StatusBadRequest, "bad_request", "missing the file field (a WAV clip)")
+		writeError(w, http.StatusBadRequest, "bad_request", "missing the file field (an audio clip: "+audiofile.Accepted+")")
 		return
 	}
 	v, err := l.Add(auth.PrincipalOf(r.Context()), name, clip)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/dsp"
+	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/internal/atomicfile"
 	"github.com/voxpipe/voxpipe/server/auth"
@@ -285,11 +286,14 @@ func checkRate(rate int) error {
 	return nil
 }
 
-// Add checks a WAV clip and stores it under a new id, owned by owner. The owner's voices
-// must have distinct names (ErrNameTaken). The clip is written first and the metadata last,
+// Add checks an uploaded clip and stores it under a new id, owned by owner. The clip may be
+// any format dsp/audiofile reads (WAV, FLAC, Ogg Vorbis, Ogg Opus, MP3: detected from the
+// content, not the name); it is stored as what the rest of the server reads, a mono 16-bit
+// WAV at the clip's own rate, and the uploaded bytes are not kept. The owner's voices must
+// have distinct names (ErrNameTaken). The clip is written first and the metadata last,
 // each atomically, so a crash leaves either no voice or a whole one (plus at most an orphan
 // clip, which Open removes).
-func (l *Library) Add(owner, name string, wavData []byte) (Voice, error) {
+func (l *Library) Add(owner, name string, data []byte) (Voice, error) {
 	if owner == "" {
 		return Voice{}, errors.New("voice library: a voice needs an owner")
 	}
@@ -297,12 +301,21 @@ func (l *Library) Add(owner, name string, wavData []byte) (Voice, error) {
 	if name == "" || len([]rune(name)) > maxNameLen || strings.ContainsAny(name, "\x00\r\n") {
 		return Voice{}, &ClipError{fmt.Sprintf("name must be 1–%d characters on one line", maxNameLen)}
 	}
-	if int64(len(wavData)) > l.MaxBytes {
-		return Voice{}, &ClipError{fmt.Sprintf("clip of %d bytes is over the %d-byte limit", len(wavData), l.MaxBytes)}
+	if int64(len(data)) > l.MaxBytes {
+		return Voice{}, &ClipError{fmt.Sprintf("clip of %d bytes is over the %d-byte limit", len(data), l.MaxBytes)}
 	}
-	a, err := wav.Read(bytes.NewReader(wavData))
-	if err != nil {
-		return Voice{}, &ClipError{"file is not a WAV clip we can read: " + err.Error()}
+	// Decoding stops at the duration limit, so a long or hostile file costs no more than an
+	// accepted one.
+	a, err := audiofile.Decode(data, audiofile.Limits{MaxBytes: l.MaxBytes, MaxSeconds: l.MaxSeconds})
+	switch {
+	case errors.Is(err, audiofile.ErrTooLong):
+		return Voice{}, &ClipError{fmt.Sprintf("clip is longer than %.0f s: the limit is %.0f s", l.MaxSeconds, l.MaxSeconds)}
+	case errors.Is(err, audiofile.ErrTooLarge):
+		return Voice{}, &ClipError{"clip decodes to too much audio (too many channels or too high a rate for its length): " + err.Error()}
+	case errors.Is(err, audiofile.ErrUnknownFormat):
+		return Voice{}, &ClipError{"file is not a " + audiofile.Accepted + " clip"}
+	case err != nil:
+		return Voice{}, &ClipError{"clip cannot be read: " + err.Error()}
 	}
 	if err := checkRate(a.SampleRate); err != nil {
 		return Voice{}, err
