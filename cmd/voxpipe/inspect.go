@@ -27,6 +27,34 @@ type inspectReport struct {
 	Metadata      []inspectKV        `json:"metadata"`
 	EmbeddedFiles []inspectEmbedded  `json:"embedded_files"`
 	Namespaces    []inspectNamespace `json:"namespaces"`
+	// ModelSpec is the embedded package spec (audiocpp.model_spec.*), absent without one.
+	ModelSpec *inspectSpec `json:"model_spec,omitempty"`
+}
+
+// inspectSpec summarises the embedded package spec and whether audio.cpp would load the
+// file by it (gguf.ValidateModelSpec).
+type inspectSpec struct {
+	Family        string `json:"family"`
+	Version       uint64 `json:"version"`
+	SchemaVersion int    `json:"schema_version"` // 0: the source-layout form
+	// Namespaces are the tensor namespaces the spec declares, with the original files
+	// they came from (audiocpp.tensor_sources.paths).
+	Namespaces []inspectSpecNamespace `json:"namespaces"`
+	Files      []inspectSpecFile      `json:"files"`
+	Valid      bool                   `json:"valid"`
+	Problem    string                 `json:"problem,omitempty"`
+}
+
+type inspectSpecNamespace struct {
+	Name   string `json:"name"`
+	Role   string `json:"role"`
+	Source string `json:"source,omitempty"`
+}
+
+type inspectSpecFile struct {
+	Role     string `json:"role"`
+	Name     string `json:"name"`
+	Optional bool   `json:"optional,omitempty"`
 }
 
 type inspectDType struct {
@@ -153,7 +181,36 @@ func inspectFile(path string, withTensors bool) (*inspectReport, error) {
 		}
 		rep.Namespaces = append(rep.Namespaces, g)
 	}
+	rep.ModelSpec = inspectModelSpec(m)
 	return rep, nil
+}
+
+// inspectModelSpec reads and checks m's embedded package spec; nil without one.
+func inspectModelSpec(m *gguf.Model) *inspectSpec {
+	spec, err := gguf.ReadModelSpec(m.File.KV)
+	if spec == nil && err == nil {
+		return nil
+	}
+	out := &inspectSpec{Namespaces: []inspectSpecNamespace{}, Files: []inspectSpecFile{}}
+	out.Family, _ = m.File.KV.String(gguf.KeySpecFamily)
+	out.Version, _ = m.File.KV.Uint(gguf.KeySpecVersion)
+	if err != nil {
+		out.Problem = err.Error()
+		return out
+	}
+	out.SchemaVersion = spec.SchemaVersion
+	for _, n := range spec.Namespaces {
+		out.Namespaces = append(out.Namespaces, inspectSpecNamespace{Name: n.Name, Role: n.Role, Source: n.Source})
+	}
+	for _, f := range spec.Files {
+		out.Files = append(out.Files, inspectSpecFile{Role: f.Role, Name: f.Name, Optional: f.Optional})
+	}
+	if err := m.ValidateModelSpec(); err != nil {
+		out.Problem = err.Error()
+	} else {
+		out.Valid = true
+	}
+	return out
 }
 
 const (
@@ -292,6 +349,38 @@ func (r *inspectReport) writeText(w io.Writer) error {
 		rows = append(rows, []string{kv.Key, kv.textType, kv.text})
 	}
 	writeTable(w, "  ", rows)
+
+	if sp := r.ModelSpec; sp != nil {
+		form := "source-layout form"
+		if sp.SchemaVersion > 0 {
+			form = fmt.Sprintf("schema_version %d", sp.SchemaVersion)
+		}
+		state := "valid"
+		if !sp.Valid {
+			state = "INVALID: " + sp.Problem
+		}
+		fmt.Fprintf(w, "\nmodel spec: family %s, version %d, %s; %s\n", sp.Family, sp.Version, form, state)
+		rows = rows[:0]
+		for _, n := range sp.Namespaces {
+			label := n.Name + "/"
+			if n.Name == "" {
+				label = "(no namespace)"
+			}
+			src := ""
+			if n.Source != "" {
+				src = "from " + n.Source
+			}
+			rows = append(rows, []string{label, "role " + n.Role, src})
+		}
+		for _, f := range sp.Files {
+			opt := ""
+			if f.Optional {
+				opt = "(optional)"
+			}
+			rows = append(rows, []string{f.Name, "file " + f.Role, opt})
+		}
+		writeTable(w, "  ", rows)
+	}
 
 	fmt.Fprintf(w, "\nembedded files (%d):\n", len(r.EmbeddedFiles))
 	rows = rows[:0]

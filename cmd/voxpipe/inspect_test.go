@@ -119,6 +119,11 @@ func TestInspectGoldenModels(t *testing.T) {
 			if strings.Join(emb, ",") != strings.Join(c.embedded, ",") {
 				t.Errorf("embedded files %q, want %q", emb, c.embedded)
 			}
+			// The golden specs lack "sources": shown, and reported as audio.cpp would refuse them.
+			if sp := rep.ModelSpec; sp == nil || sp.Family != strings.TrimSuffix(c.family, "_40ms") || sp.Version != 1 || sp.Valid ||
+				!strings.Contains(sp.Problem, "missing required field 'sources'") {
+				t.Errorf("model_spec %+v", sp)
+			}
 			// Long arrays are summarised, short values given.
 			for _, kv := range rep.Metadata {
 				switch kv.Key {

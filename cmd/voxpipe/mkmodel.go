@@ -30,9 +30,39 @@ type mkOptions struct {
 	dtype      gguf.DType // matrices; norms, biases and other vectors stay F32
 }
 
-// mkFamily generates one family's packaged model: metadata, tensors, embedded files and a
-// short description for the summary line.
-type mkFamily func(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error)
+// mkModel is one family's packaged model before its weights are drawn: metadata, the
+// package spec, the tensor table, the embedded files and a short description for the
+// summary line.
+type mkModel struct {
+	kv    gguf.KV        // metadata other than the spec's keys
+	spec  gguf.ModelSpec // what audio.cpp loads the file by (audiocpp.model_spec.*)
+	table []weights.Spec // logical tensor names and PyTorch shapes
+	files []gguf.EmbeddedFile
+	desc  string
+	// fill draws the random weights of table.
+	fill func(progress io.Writer) []gguf.WriteTensor
+}
+
+// check validates the spec against the tensor table and the embedded files without
+// drawing any weight (gguf.ValidateModelSpec, as on the written file).
+func (m *mkModel) check() error {
+	kv := gguf.KV{}
+	for k, v := range m.kv {
+		kv[k] = v
+	}
+	names := make([]string, len(m.table))
+	for i, t := range m.table {
+		names[i] = t.Name
+	}
+	files := make([]string, len(m.files))
+	for i, f := range m.files {
+		files[i] = f.Name
+	}
+	return m.spec.Embed(kv, names, files)
+}
+
+// mkFamily lays out one family's packaged model.
+type mkFamily func(o mkOptions) (*mkModel, error)
 
 var mkFamilies = map[string]mkFamily{
 	"miotts":   mkMioTTS,
@@ -78,17 +108,21 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--variant is for --family meanvc2 (120ms or 40ms), not %s", *family)
 	}
 	start := time.Now()
-	kv, tensors, files, desc, err := gen(o, stderr)
+	m, err := gen(o)
 	if err != nil {
 		return err
 	}
+	if err := m.check(); err != nil {
+		return fmt.Errorf("%s: %w", *family, err)
+	}
+	tensors := m.fill(stderr)
 	f, err := os.Create(*out)
 	if err != nil {
 		return err
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
 	fmt.Fprintf(stderr, "writing %s…\n", *out)
-	if err := gguf.WritePackaged(w, kv, tensors, files); err != nil {
+	if err := gguf.WritePackagedSpec(w, m.kv, m.spec, tensors, m.files); err != nil {
 		f.Close()
 		os.Remove(*out)
 		return err
@@ -102,7 +136,7 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 	}
 	st, _ := os.Stat(*out)
 	fmt.Fprintf(stdout, "wrote %s: %s, %d tensors, %.1f MB, random weights (seed %d) in %.1f s\n",
-		*out, desc, len(tensors), float64(st.Size())/1e6, *seed, time.Since(start).Seconds())
+		*out, m.desc, len(tensors), float64(st.Size())/1e6, *seed, time.Since(start).Seconds())
 	return nil
 }
 
@@ -113,17 +147,21 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-func mkMioTTS(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error) {
+func mkMioTTS(o mkOptions) (*mkModel, error) {
 	key := o.size
 	if o.dims == "tiny" {
 		key = "tiny"
 	}
 	cfg, ok := qwen3.Sizes[key]
 	if !ok || key == "tiny" && o.dims != "tiny" {
-		return nil, nil, nil, "", fmt.Errorf("unknown miotts size %q (0.6b or 1.7b)", o.size)
+		return nil, fmt.Errorf("unknown miotts size %q (0.6b or 1.7b)", o.size)
 	}
-	kv, ts, files, err := miottsModel(cfg, key, o.seed, o.dtype, progress)
-	return kv, ts, files, "miotts " + key, err
+	m, err := miottsModel(cfg, key, o.seed, o.dtype)
+	if err != nil {
+		return nil, err
+	}
+	m.desc = "miotts " + key
+	return m, nil
 }
 
 // namespaced is a model's tensor table with every name under ns ("weights/…").
@@ -174,12 +212,13 @@ func randomTensors(specs []weights.Spec, seed uint64, dt gguf.DType, progress io
 	return out
 }
 
-func packagedKV(family, name string) (gguf.KV, error) {
+// packagedKV is the metadata of a packaged file besides its spec (gguf.ModelSpec.SetKV)
+// and the tensor and file tables (gguf.WritePackaged).
+func packagedKV(name string) (gguf.KV, error) {
 	kv := gguf.KV{}
 	for k, v := range map[string]any{
 		"general.architecture":        "audiocpp",
 		"general.name":                name,
-		"audiocpp.model_spec.family":  family,
 		"audiocpp.tensor_name_format": "native",
 	} {
 		if err := kv.Set(k, v); err != nil {
@@ -191,24 +230,57 @@ func packagedKV(family, name string) (gguf.KV, error) {
 
 // mkMioCodec makes MioCodec-25Hz-44.1kHz-v2 at real dimensions: weights/ (decoder, encoders)
 // and wavlm_weights/ (WavLM Base+), with its config.yaml.
-func mkMioCodec(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error) {
+func mkMioCodec(o mkOptions) (*mkModel, error) {
 	if o.dims != "real" {
-		return nil, nil, nil, "", errors.New("miocodec: only --dims real (the tiny model is the golden one)")
+		return nil, errors.New("miocodec: only --dims real (the tiny model is the golden one)")
 	}
 	specs := append(namespaced("weights", miocodec.RealTensors()), namespaced("wavlm_weights", wavlm.RealBasePlus().Tensors())...)
-	kv, err := packagedKV("miocodec", "miocodec-25hz-44k-v2-random")
+	kv, err := packagedKV("miocodec-25hz-44k-v2-random")
 	if err != nil {
-		return nil, nil, nil, "", err
+		return nil, err
 	}
-	ts := randomTensors(specs, o.seed, o.dtype, progress)
-	return kv, ts, []gguf.EmbeddedFile{{Name: "config.yaml", Data: miocodec.RealConfigYAML()}}, "miocodec 44.1 kHz v2", nil
+	spec, err := gguf.FamilySpec("miocodec", "")
+	if err != nil {
+		return nil, err
+	}
+	return &mkModel{kv: kv, spec: spec, table: specs, desc: "miocodec 44.1 kHz v2",
+		files: []gguf.EmbeddedFile{{Name: "config.yaml", Data: miocodec.RealConfigYAML()}},
+		fill: func(progress io.Writer) []gguf.WriteTensor {
+			return randomTensors(specs, o.seed, o.dtype, progress)
+		}}, nil
 }
 
-// miottsModel makes a random-weight MioTTS LM: norms 1 + 0.1·N(0,1), matrices N(0, 1/fan_in),
-// with its config.json and generation_config.json embedded.
-func miottsModel(cfg qwen3.Config, size string, seed uint64, dt gguf.DType, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, error) {
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+// miottsModel lays out a random-weight MioTTS LM (norms 1 + 0.1·N(0,1), matrices
+// N(0, 1/fan_in)) with its config.json, generation_config.json and tokenizer embedded.
+func miottsModel(cfg qwen3.Config, size string, seed uint64, dt gguf.DType) (*mkModel, error) {
 	specs := cfg.Tensors()
+	conf, err := cfg.JSON()
+	if err != nil {
+		return nil, err
+	}
+	gen := fmt.Appendf(nil, `{"do_sample": true, "temperature": 0.8, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "max_new_tokens": 700, "eos_token_id": %d, "pad_token_id": %d}`,
+		cfg.EOSTokenID, cfg.PadTokenID)
+	kv, err := packagedKV("miotts-" + size + "-random")
+	if err != nil {
+		return nil, err
+	}
+	spec, err := gguf.FamilySpec("miotts", "")
+	if err != nil {
+		return nil, err
+	}
+	files := []gguf.EmbeddedFile{{Name: "config.json", Data: conf}, {Name: "generation_config.json", Data: gen}}
+	tok, err := byteLevelTokenizer(cfg, size)
+	if err != nil {
+		return nil, err
+	}
+	return &mkModel{kv: kv, spec: spec, table: specs, files: append(files, tok...),
+		fill: func(progress io.Writer) []gguf.WriteTensor { return miottsWeights(specs, seed, dt, progress) }}, nil
+}
+
+// miottsWeights draws the MioTTS LM's weights: norms 1 + 0.1·N(0,1), matrices
+// N(0, 1/fan_in), stored as dt (norms stay F32 under Q8_0).
+func miottsWeights(specs []weights.Spec, seed uint64, dt gguf.DType, progress io.Writer) []gguf.WriteTensor {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	tensors := make([]gguf.WriteTensor, len(specs))
 	for i, s := range specs {
 		n := 1
@@ -235,29 +307,7 @@ func miottsModel(cfg qwen3.Config, size string, seed uint64, dt gguf.DType, prog
 			fmt.Fprintf(progress, "  %d/%d tensors\n", i+1, len(specs))
 		}
 	}
-	conf, err := cfg.JSON()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	gen := fmt.Appendf(nil, `{"do_sample": true, "temperature": 0.8, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.0, "max_new_tokens": 700, "eos_token_id": %d, "pad_token_id": %d}`,
-		cfg.EOSTokenID, cfg.PadTokenID)
-	kv := gguf.KV{}
-	for k, v := range map[string]any{
-		"general.architecture":        "audiocpp",
-		"general.name":                "miotts-" + size + "-random",
-		"audiocpp.model_spec.family":  "miotts",
-		"audiocpp.tensor_name_format": "native",
-	} {
-		if err := kv.Set(k, v); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	files := []gguf.EmbeddedFile{{Name: "config.json", Data: conf}, {Name: "generation_config.json", Data: gen}}
-	tok, err := byteLevelTokenizer(cfg, size)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return kv, tensors, append(files, tok...), nil
+	return tensors
 }
 
 // byteLevelTokenizer makes tokenizer files for a random model: the 256 byte symbols as the

@@ -227,7 +227,7 @@ func (d mvc2Dims) published() string { return "meanvc2-" + d.vc.Runtime.Model + 
 // 40ms, meanvc2-40ms-40ms: vc/, asr/, vocos/, speaker_wavlm/, speaker_ecapa/ and config.json)
 // with random weights: at real size with --dims real, in the golden test model's layout with
 // --dims tiny. general.name is meanvc2-<variant>-40ms-random (…-tiny-random).
-func mkMeanVC2(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []gguf.EmbeddedFile, string, error) {
+func mkMeanVC2(o mkOptions) (*mkModel, error) {
 	d := mvc2Real()
 	if o.dims == "tiny" {
 		d = mvc2Tiny()
@@ -235,32 +235,51 @@ func mkMeanVC2(o mkOptions, progress io.Writer) (gguf.KV, []gguf.WriteTensor, []
 	variant := cmp.Or(o.variant, "120ms")
 	d, err := d.withVariant(variant)
 	if err != nil {
-		return nil, nil, nil, "", err
+		return nil, err
 	}
 	conf, err := d.configJSON()
 	if err != nil {
-		return nil, nil, nil, "", fmt.Errorf("meanvc2: config.json: %w", err)
+		return nil, fmt.Errorf("meanvc2: config.json: %w", err)
 	}
-	kv, err := packagedKV(meanvc2.Family, d.name)
+	kv, err := packagedKV(d.name)
 	if err != nil {
-		return nil, nil, nil, "", err
+		return nil, err
+	}
+	spec, err := d.spec()
+	if err != nil {
+		return nil, err
 	}
 	weightType := "orig"
 	if o.dtype != gguf.F32 {
 		weightType = strings.ToLower(o.dtype.String())
 	}
 	for k, v := range map[string]any{
-		"audiocpp.model_spec.version":   uint32(1),
-		"audiocpp.model_spec.json":      `{"family": "meanvc2", "description": "random-weight model with the layout of ` + d.published() + `"}`,
-		"audiocpp.source_format":        "packed",
-		"audiocpp.weight_type":          weightType,
-		"audiocpp.tensor_sources.names": []string{"vc", "vocos", conformer.Namespace, "speaker_wavlm", "speaker_ecapa"},
+		"audiocpp.source_format": "packed",
+		"audiocpp.weight_type":   weightType,
 	} {
 		if err := kv.Set(k, v); err != nil {
-			return nil, nil, nil, "", err
+			return nil, err
 		}
 	}
-	fmt.Fprintf(progress, "generating %d tensors…\n", len(d.specs()))
-	ts := d.mvc2Weights(o.seed, o.dtype, progress)
-	return kv, ts, []gguf.EmbeddedFile{{Name: "config.json", Data: conf}}, "meanvc2 " + strings.TrimSuffix(variant, "ms") + " ms + 40 ms (" + o.dims + ")", nil
+	return &mkModel{kv: kv, spec: spec, table: d.specs(), desc: "meanvc2 " + strings.TrimSuffix(variant, "ms") + " ms + 40 ms (" + o.dims + ")",
+		files: []gguf.EmbeddedFile{{Name: "config.json", Data: conf}},
+		fill: func(progress io.Writer) []gguf.WriteTensor {
+			fmt.Fprintf(progress, "generating %d tensors…\n", len(d.specs()))
+			return d.mvc2Weights(o.seed, o.dtype, progress)
+		}}, nil
+}
+
+// spec is the package spec of d's file: the published MeanVC2 spec of its variant
+// (gguf.FamilySpec), with the variant's model in its description.
+func (d mvc2Dims) spec() (gguf.ModelSpec, error) {
+	spec, err := gguf.FamilySpec(meanvc2.Family, d.vc.Runtime.Model)
+	if err != nil {
+		return spec, err
+	}
+	if ns := spec.Namespaces; len(ns) != 5 || ns[2].Name != conformer.Namespace {
+		return spec, fmt.Errorf("meanvc2: spec namespaces %v, want vc, vocos, %s, speaker_wavlm, speaker_ecapa", ns, conformer.Namespace)
+	}
+	desc, _ := spec.Catalog["description"].(string)
+	spec.Catalog["description"] = desc + " Random weights with the layout of " + d.published() + "."
+	return spec, nil
 }
