@@ -27,6 +27,7 @@ var commands = []command{
 	{"golden", "check a model family against its golden reference outputs: golden --family miotts", runGolden},
 	{"pull", "download a published model into the model cache: pull meanvc2 (pull --list shows the catalog)", runPull},
 	{"inspect", "show a GGUF model file: metadata, embedded files, tensors", runInspect},
+	{"import", "package original checkpoints (safetensors, torch, TorchScript) as a model file: import --family meanvc2 --from DIR --out F.gguf", runImport},
 	{"version", "print the version, the commit it was built from and the Go and CPU it runs on", runVersion},
 }
 

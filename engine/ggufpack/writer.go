@@ -1,0 +1,380 @@
+// Package ggufpack writes a GGUF file in the audio.cpp packaging (gguf.WritePackaged's
+// layout: logical names, PyTorch shapes, embedded files) one tensor at a time: the header is
+// written from the tensor table alone, then each tensor's values are streamed in, encoded
+// row by row to the tensor's stored type (F32, F16, BF16, Q8_0, Q4_K). A converter holds a
+// chunk of one tensor in memory, never the model.
+package ggufpack
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+
+	"github.com/voxpipe/voxpipe/engine/gguf"
+)
+
+// Tensor is one entry of the table: logical name, PyTorch-order shape, stored type.
+type Tensor struct {
+	Name  string
+	Shape []int
+	Type  gguf.DType
+}
+
+// Writer streams the tensors' data after the header; Write calls fill the tensors in table
+// order.
+type Writer struct {
+	w      *bufio.Writer
+	n      uint64 // bytes written
+	align  uint64
+	table  []Tensor
+	sizes  []uint64
+	cur    int    // tensor being written
+	done   uint64 // its bytes written so far
+	err    error
+	closed bool
+	enc    []byte
+}
+
+// rowLen is the innermost dimension (1 for a scalar).
+func rowLen(t Tensor) int {
+	if len(t.Shape) == 0 {
+		return 1
+	}
+	return t.Shape[len(t.Shape)-1]
+}
+
+// Size is the stored size in bytes of a tensor of the table.
+func Size(t Tensor) (uint64, error) {
+	bs, bb := uint64(t.Type.BlockSize()), uint64(t.Type.BlockBytes())
+	if bs == 0 {
+		return 0, fmt.Errorf("ggufpack: tensor %q: unknown type %v", t.Name, t.Type)
+	}
+	n := uint64(1)
+	for _, d := range t.Shape {
+		if d < 0 {
+			return 0, fmt.Errorf("ggufpack: tensor %q: negative dimension in %v", t.Name, t.Shape)
+		}
+		if d > 0 && n > math.MaxInt64/uint64(d) {
+			return 0, fmt.Errorf("ggufpack: tensor %q: shape %v overflows", t.Name, t.Shape)
+		}
+		n *= uint64(d)
+	}
+	if uint64(rowLen(t))%bs != 0 {
+		return 0, fmt.Errorf("ggufpack: tensor %q: rows of %d values are not whole %v blocks of %d", t.Name, rowLen(t), t.Type, bs)
+	}
+	return n / bs * bb, nil
+}
+
+// New writes the header of a packaged file with metadata kv (general.alignment, when set,
+// is the data alignment; default 32), the tensor table and the embedded files; the tensor
+// data follows through Write* calls.
+func New(w io.Writer, kv gguf.KV, table []Tensor, files []gguf.EmbeddedFile) (*Writer, error) {
+	out := make(gguf.KV, len(kv)+8)
+	for k, v := range kv {
+		out[k] = v
+	}
+	names := make([]string, len(table))
+	ranks := make([]int32, len(table))
+	shapes := []int64{}
+	seen := map[string]bool{}
+	for i, t := range table {
+		if t.Name == "" || seen[t.Name] {
+			return nil, fmt.Errorf("ggufpack: tensor %d: empty or repeated name %q", i, t.Name)
+		}
+		seen[t.Name] = true
+		names[i] = t.Name
+		ranks[i] = int32(len(t.Shape))
+		for _, d := range t.Shape {
+			shapes = append(shapes, int64(d))
+		}
+	}
+	if err := errors.Join(out.Set(gguf.KeyTensorNames, names), out.Set(gguf.KeyTensorRanks, ranks),
+		out.Set(gguf.KeyTensorShapes, shapes)); err != nil {
+		return nil, err
+	}
+	if len(files) > 0 {
+		fnames := make([]string, len(files))
+		offsets := make([]uint64, len(files)+1)
+		var blob []byte
+		for i, f := range files {
+			fnames[i] = f.Name
+			blob = append(blob, f.Data...)
+			offsets[i+1] = uint64(len(blob))
+		}
+		if err := errors.Join(out.Set(gguf.KeyEmbeddedNames, fnames), out.Set(gguf.KeyEmbeddedOffsets, offsets),
+			out.Set(gguf.KeyEmbeddedData, blob)); err != nil {
+			return nil, err
+		}
+	}
+	align := uint64(gguf.DefaultAlignment)
+	if v, ok := out[gguf.KeyAlignment]; ok {
+		a, ok := v.AsUint()
+		if !ok || a == 0 || a > 1<<16 || a&(a-1) != 0 {
+			return nil, fmt.Errorf("ggufpack: %s must be a power of two", gguf.KeyAlignment)
+		}
+		align = a
+	}
+	pw := &Writer{w: bufio.NewWriterSize(w, 1<<20), align: align, table: table, sizes: make([]uint64, len(table))}
+	offsets := make([]uint64, len(table))
+	var off uint64
+	for i, t := range table {
+		s, err := Size(t)
+		if err != nil {
+			return nil, err
+		}
+		pw.sizes[i], offsets[i] = s, off
+		off = (off + s + align - 1) / align * align
+	}
+	pw.bytes([]byte(gguf.Magic))
+	pw.u32(3)
+	pw.u64(uint64(len(table)))
+	pw.u64(uint64(len(out)))
+	keys := make([]string, 0, len(out))
+	for k := range out {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := out[k]
+		pw.str(k)
+		pw.u32(uint32(v.Type()))
+		if err := pw.value(v, 0); err != nil {
+			return nil, fmt.Errorf("ggufpack: metadata %q: %w", k, err)
+		}
+	}
+	for i, t := range table {
+		name := t.Name
+		if len(name) >= 64 { // GGML_MAX_NAME
+			name = fmt.Sprintf("%s%d", gguf.PhysicalPrefix, i)
+		}
+		pw.str(name)
+		pw.u32(uint32(len(t.Shape)))
+		for j := len(t.Shape) - 1; j >= 0; j-- {
+			pw.u64(uint64(t.Shape[j]))
+		}
+		pw.u32(uint32(t.Type))
+		pw.u64(offsets[i])
+	}
+	pw.pad()
+	pw.skipEmpty()
+	return pw, pw.err
+}
+
+// Current is the tensor the next Write fills (false when all are written).
+func (w *Writer) Current() (Tensor, bool) {
+	if w.cur >= len(w.table) {
+		return Tensor{}, false
+	}
+	return w.table[w.cur], true
+}
+
+// WriteRaw appends already-encoded bytes of the current tensor's type.
+func (w *Writer) WriteRaw(b []byte) error {
+	for len(b) > 0 {
+		if w.err != nil {
+			return w.err
+		}
+		if w.cur >= len(w.table) {
+			return errors.New("ggufpack: more data than the table holds")
+		}
+		n := min(uint64(len(b)), w.sizes[w.cur]-w.done)
+		w.bytes(b[:n])
+		w.done += n
+		b = b[n:]
+		w.advance()
+	}
+	return w.err
+}
+
+// WriteFloat32 appends values of the current tensor (whole rows for block types), encoded
+// to its stored type.
+func (w *Writer) WriteFloat32(vals []float32) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.cur >= len(w.table) {
+		return errors.New("ggufpack: more data than the table holds")
+	}
+	t := w.table[w.cur]
+	bs := uint64(t.Type.BlockSize())
+	bb := uint64(t.Type.BlockBytes())
+	if uint64(len(vals))%uint64(max(rowLen(t), 1)) != 0 && bs > 1 {
+		return fmt.Errorf("ggufpack: tensor %q: %d values is not whole rows of %d", t.Name, len(vals), rowLen(t))
+	}
+	if need := uint64(len(vals)) / bs * bb; need > w.sizes[w.cur]-w.done {
+		return fmt.Errorf("ggufpack: tensor %q: %d values more than it holds", t.Name, len(vals))
+	}
+	var err error
+	w.enc, err = Encode(w.enc[:0], vals, t.Type)
+	if err != nil {
+		return fmt.Errorf("ggufpack: tensor %q: %w", t.Name, err)
+	}
+	return w.WriteRaw(w.enc)
+}
+
+// advance pads after a complete tensor and moves to the next one.
+func (w *Writer) advance() {
+	if w.cur < len(w.table) && w.done == w.sizes[w.cur] {
+		w.cur++
+		w.done = 0
+		if w.cur < len(w.table) {
+			w.pad()
+		}
+		w.skipEmpty()
+	}
+}
+
+// skipEmpty passes over zero-byte tensors.
+func (w *Writer) skipEmpty() {
+	for w.cur < len(w.table) && w.sizes[w.cur] == 0 {
+		w.cur++
+		if w.cur < len(w.table) {
+			w.pad()
+		}
+	}
+}
+
+// Close checks that every tensor was written and flushes.
+func (w *Writer) Close() error {
+	if w.closed {
+		return w.err
+	}
+	w.closed = true
+	if w.err != nil {
+		return w.err
+	}
+	if w.cur < len(w.table) {
+		return fmt.Errorf("ggufpack: tensor %q (%d of %d) has %d of its %d bytes", w.table[w.cur].Name, w.cur+1, len(w.table), w.done, w.sizes[w.cur])
+	}
+	return w.w.Flush()
+}
+
+func (w *Writer) bytes(b []byte) {
+	if w.err != nil {
+		return
+	}
+	n, err := w.w.Write(b)
+	w.n += uint64(n)
+	w.err = err
+}
+
+func (w *Writer) u32(x uint32) {
+	var b [4]byte
+	binary.LittleEndian.PutUint32(b[:], x)
+	w.bytes(b[:])
+}
+
+func (w *Writer) u64(x uint64) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], x)
+	w.bytes(b[:])
+}
+
+func (w *Writer) str(s string) {
+	w.u64(uint64(len(s)))
+	w.bytes([]byte(s))
+}
+
+func (w *Writer) pad() {
+	var zero [64]byte
+	for w.n%w.align != 0 && w.err == nil {
+		w.bytes(zero[:min(w.align-w.n%w.align, 64)])
+	}
+}
+
+func (w *Writer) scalar(x any) error {
+	var b [8]byte
+	switch v := x.(type) {
+	case uint8:
+		w.bytes([]byte{v})
+	case int8:
+		w.bytes([]byte{byte(v)})
+	case bool:
+		if v {
+			w.bytes([]byte{1})
+		} else {
+			w.bytes([]byte{0})
+		}
+	case uint16:
+		binary.LittleEndian.PutUint16(b[:], v)
+		w.bytes(b[:2])
+	case int16:
+		binary.LittleEndian.PutUint16(b[:], uint16(v))
+		w.bytes(b[:2])
+	case uint32:
+		w.u32(v)
+	case int32:
+		w.u32(uint32(v))
+	case float32:
+		w.u32(math.Float32bits(v))
+	case uint64:
+		w.u64(v)
+	case int64:
+		w.u64(uint64(v))
+	case float64:
+		w.u64(math.Float64bits(v))
+	case string:
+		w.str(v)
+	default:
+		return fmt.Errorf("cannot encode %T", x)
+	}
+	return nil
+}
+
+func (w *Writer) value(v gguf.Value, depth int) error {
+	if depth > 8 {
+		return errors.New("arrays nested too deep")
+	}
+	if v.Type() != gguf.TypeArray {
+		return w.scalar(v.Any())
+	}
+	w.u32(uint32(v.ElemType()))
+	w.u64(uint64(v.Len()))
+	each := func(n int, at func(int) any) error {
+		for i := 0; i < n; i++ {
+			if err := w.scalar(at(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	switch a := v.Any().(type) {
+	case []uint8:
+		w.bytes(a)
+		return nil
+	case []int8:
+		return each(len(a), func(i int) any { return a[i] })
+	case []bool:
+		return each(len(a), func(i int) any { return a[i] })
+	case []uint16:
+		return each(len(a), func(i int) any { return a[i] })
+	case []int16:
+		return each(len(a), func(i int) any { return a[i] })
+	case []uint32:
+		return each(len(a), func(i int) any { return a[i] })
+	case []int32:
+		return each(len(a), func(i int) any { return a[i] })
+	case []float32:
+		return each(len(a), func(i int) any { return a[i] })
+	case []uint64:
+		return each(len(a), func(i int) any { return a[i] })
+	case []int64:
+		return each(len(a), func(i int) any { return a[i] })
+	case []float64:
+		return each(len(a), func(i int) any { return a[i] })
+	case []string:
+		return each(len(a), func(i int) any { return a[i] })
+	case []gguf.Value:
+		for _, x := range a {
+			if err := w.value(x, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("invalid array value %T", v.Any())
+}
