@@ -39,12 +39,16 @@ const (
 	// Q8_0R8 is Q8_0 repacked with rows interleaved by 8 (RepackQ8_0R8), the layout the
 	// decode kernel reads fastest; only OpLinearQ takes it.
 	Q8_0R8 DType = C.VX_Q8_0_R8
+	// Q4_K and BF16 are GGUF weight encodings kept for their size: Linear widens panels of
+	// them to f32, GatherRows the rows it picks.
+	Q4_K DType = C.VX_Q4_K
+	BF16 DType = C.VX_BF16
 )
 
 // WeightBytes is the size of an [n, k] weight of type d (0 when k does not fit d's blocks).
 func WeightBytes(d DType, n, k int64) int64 {
 	switch d {
-	case Q8_0, F16, Q8_0R8:
+	case Q8_0, F16, Q8_0R8, Q4_K, BF16:
 		return int64(C.vx_qbytes(C.int(d), C.int64_t(n), C.int64_t(k)))
 	}
 	return n * RowBytes(d, k)
@@ -65,7 +69,7 @@ func RowBytes(d DType, k int64) int64 {
 	switch d {
 	case F32, I32:
 		return 4 * k
-	case Q8_0, F16:
+	case Q8_0, F16, Q4_K, BF16:
 		return int64(C.vx_qrow_bytes(C.int(d), C.int64_t(k)))
 	}
 	return 0

@@ -251,7 +251,7 @@ static int gather_quant(const vx_tensor *tab, const vx_tensor *ix, const vx_tens
 
 int vx_k_gather_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *tab = vx_src(node, t, 0), *ix = vx_src(node, t, 1), *y = &t[node->dst];
-	if (node->n_src == 2 && tab && (tab->dtype == VX_Q8_0 || tab->dtype == VX_F16))
+	if (node->n_src == 2 && tab && (tab->dtype == VX_Q8_0 || tab->dtype == VX_F16 || tab->dtype == VX_Q4_K || tab->dtype == VX_BF16))
 		return gather_quant(tab, ix, y);
 	if (node->n_src != 2 || !vx_tensor_ok(tab, -1) || !vx_tensor_ok(ix, VX_I32) || !vx_tensor_ok(y, tab ? tab->dtype : -1))
 		return VX_ERR_BAD_SHAPE;

@@ -58,8 +58,10 @@ int64_t vx_qrow_bytes(int dtype, int64_t k) {
 		return 0;
 	if (dtype == VX_Q8_0)
 		return k % QK ? 0 : k / QK * QB;
-	if (dtype == VX_F16)
+	if (dtype == VX_F16 || dtype == VX_BF16)
 		return 2 * k;
+	if (dtype == VX_Q4_K)
+		return k % 256 ? 0 : k / 256 * 144;
 	return 0;
 }
 
@@ -143,7 +145,50 @@ static int level(void) {
 
 /* ---- dequantising rows ---- */
 
+/* Q4_K: 144-byte super-blocks of 256 values (half d, half dmin, 12 bytes of packed 6-bit
+ * scales and mins, 128 bytes of nibbles); value = (d*sc)*q - dmin*m with each product
+ * rounded to float, as ggml (and engine/gguf's Go dequantiser) computes it. */
+static void q4k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m) {
+	if (j < 4) {
+		*sc = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*sc = (uint8_t)((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+		*m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+	}
+}
+
+static void dequant_q4_k(const uint8_t *s, float *d, int64_t k) {
+	for (int64_t b = 0; b < k / 256; b++, s += 144, d += 256) {
+		float dd = half_f32(rd16(s)), dmin = half_f32(rd16(s + 2));
+		const uint8_t *sc = s + 4, *qs = s + 16;
+		for (int c = 0; c < 4; c++) {
+			uint8_t s0, m0, s1, m1;
+			q4k_scale_min(sc, 2 * c, &s0, &m0);
+			q4k_scale_min(sc, 2 * c + 1, &s1, &m1);
+			/* -std=c11 keeps fp-contract off: no product is fused with the subtraction. */
+			float d0 = dd * (float)s0, o0 = dmin * (float)m0, d1 = dd * (float)s1, o1 = dmin * (float)m1;
+			const uint8_t *q = qs + 32 * c;
+			for (int l = 0; l < 32; l++) {
+				d[64 * c + l] = d0 * (float)(q[l] & 0xF) - o0;
+				d[64 * c + 32 + l] = d1 * (float)(q[l] >> 4) - o1;
+			}
+		}
+	}
+}
+
 static void dequant_portable(int dtype, const uint8_t *s, float *d, int64_t k) {
+	if (dtype == VX_Q4_K) {
+		dequant_q4_k(s, d, k);
+		return;
+	}
+	if (dtype == VX_BF16) {
+		for (int64_t i = 0; i < k; i++) {
+			uint32_t bits = (uint32_t)rd16(s + 2 * i) << 16;
+			memcpy(d + i, &bits, 4);
+		}
+		return;
+	}
 	if (dtype == VX_F16) {
 		for (int64_t i = 0; i < k; i++)
 			d[i] = half_f32(rd16(s + 2 * i));
@@ -197,6 +242,10 @@ static QVNNI_FN void dequant_avx512(int dtype, const uint8_t *s, float *d, int64
 
 static void dequant_lv(int lv, int dtype, const void *src, float *dst, int64_t k) {
 #ifdef VX_QX86
+	if (dtype == VX_Q4_K || dtype == VX_BF16) {
+		dequant_portable(dtype, src, dst, k); /* the compiler vectorises these loops */
+		return;
+	}
 	if (lv == LV_VNNI) {
 		dequant_avx512(dtype, src, dst, k);
 		return;
@@ -600,7 +649,8 @@ static void small_task_r8(void *p, int64_t i) {
 	int64_t g0 = i * j->chunk / 8, g1 = (i + 1) * j->chunk / 8, ng = (j->N + 7) / 8;
 	if (g1 > ng)
 		g1 = ng;
-	float out[4 * 8];
+	float out[4 * 8] = {0}; /* zeroed once per task: only for GCC's -Wmaybe-uninitialized, a
+	                         * false alarm in the portable-only (arm64, VX_NO_SIMD) build */
 	for (int64_t g = g0; g < g1; g++) {
 		const uint8_t *grp = j->w + g * j->nb * RB;
 		int nr = (int)(j->N - g * 8 < 8 ? j->N - g * 8 : 8);
@@ -666,7 +716,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *x = vx_src(node, t, 0), *w = vx_src(node, t, 1), *b = vx_src(node, t, 2), *y = &t[node->dst];
 	if (node->n_src < 2 || node->n_src > 3 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !w ||
-	    (w->dtype != VX_Q8_0 && w->dtype != VX_F16 && w->dtype != VX_Q8_0_R8) || w->ndim != 2 || !w->data)
+	    (w->dtype != VX_Q8_0 && w->dtype != VX_F16 && w->dtype != VX_Q8_0_R8 && w->dtype != VX_Q4_K &&
+	     w->dtype != VX_BF16) || w->ndim != 2 || !w->data)
 		return VX_ERR_BAD_SHAPE;
 	if (x->ndim < 1 || y->ndim != x->ndim || !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
@@ -688,7 +739,9 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	double work = (double)M * (double)N * (double)K;
 	/* Q8_0R8 on VNNI: the int8 kernel for prefill too (4 dpbusd per 256 MACs outrun sgemm on
 	 * widened panels about 2x). */
-	if (M <= SMALL_M || (r8 && j.lv == LV_VNNI)) {
+	/* Q4_K and BF16 have no dot kernels: their W panels are widened for sgemm at any M. */
+	int widen = w->dtype == VX_Q4_K || w->dtype == VX_BF16;
+	if (!widen && (M <= SMALL_M || (r8 && j.lv == LV_VNNI))) {
 		if (j.dtype != VX_F16) {
 			int64_t qb = (M * K + 63) & ~(int64_t)63;
 			int8_t *xq = vx_scratch(ctx, VX_SCRATCH_SHARED, qb + M * j.nb * 8);

@@ -19,7 +19,10 @@
  * (the last group zero-padded), each group a run of per-block records of 272 bytes: the 8 rows'
  * f16 scales, then for k-chunk c = 0..3 the 8 rows' quants k = 8c..8c+7 (8 bytes each), stored
  * as q+128 (unsigned). Same bytes per weight as Q8_0; one vector load feeds 8 rows. */
-typedef enum { VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3, VX_Q8_0_R8 = 4 } vx_dtype;
+/* VX_Q4_K (GGUF's 256-value super-blocks) and VX_BF16 are weight layouts read like VX_F16:
+ * Linear widens W panels to f32 for sgemm (their point is memory, not speed), GatherRows
+ * widens the rows it picks. */
+typedef enum { VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3, VX_Q8_0_R8 = 4, VX_Q4_K = 5, VX_BF16 = 6 } vx_dtype;
 
 typedef struct {
 	void *data;                      /* first element (already offset for views) */

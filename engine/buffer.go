@@ -180,10 +180,12 @@ func storageSize(dtype DType, shape []int64) int64 {
 	return numel(shape[:len(shape)-1]) * row
 }
 
-// IsQuantized reports whether dtype is a weight encoding (Q8_0, Q8_0R8, F16) rather than an
+// IsQuantized reports whether dtype is a weight encoding (Q8_0, Q8_0R8, F16, Q4_K, BF16) rather than an
 // element type the ops compute in: such buffers feed only Linear (as the weight) and
 // GatherRows (as the table; not Q8_0R8).
-func IsQuantized(dtype DType) bool { return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 }
+func IsQuantized(dtype DType) bool {
+	return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 || dtype == Q4_K || dtype == BF16
+}
 
 func dtypeName(d DType) string {
 	switch d {
@@ -197,6 +199,10 @@ func dtypeName(d DType) string {
 		return "F16"
 	case Q8_0R8:
 		return "Q8_0R8"
+	case Q4_K:
+		return "Q4_K"
+	case BF16:
+		return "BF16"
 	}
 	return fmt.Sprintf("DType(%d)", int32(d))
 }

@@ -26,6 +26,10 @@ const (
 	// Q8_0R8 is Q8_0 with rows interleaved by 8 (built by NewBufferRaw from Q8_0 blocks): the
 	// layout the decode kernel reads fastest, for Linear weights only.
 	Q8_0R8 = cgo.Q8_0R8
+	// Q4_K and BF16 are weight encodings kept for their size (a quarter and a half of F32):
+	// Linear widens panels of them to f32, GatherRows the rows it picks.
+	Q4_K = cgo.Q4_K
+	BF16 = cgo.BF16
 )
 
 type tensorKind int

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/ggufpack"
 )
 
 // quantBuffers encodes W [n, k] as dtype and returns the encoded buffer and an F32 buffer of
@@ -31,6 +32,12 @@ func quantBuffers(t *testing.T, w []float32, n, k int64, dtype DType) (q, ref *B
 			t.Fatal(err)
 		}
 		gt = gguf.Q8_0
+	case Q4_K, BF16:
+		gt = map[DType]gguf.DType{Q4_K: gguf.Q4_K, BF16: gguf.BF16}[dtype]
+		var err error
+		if raw, err = ggufpack.Encode(nil, w, gt); err != nil {
+			t.Fatal(err)
+		}
 	}
 	deq := make([]float32, len(w))
 	if err := gguf.Dequantize(deq, raw, gt); err != nil {
@@ -51,21 +58,31 @@ func quantBuffers(t *testing.T, w []float32, n, k int64, dtype DType) (q, ref *B
 	return q, ref
 }
 
-// TestLinearQuantized runs Linear with Q8_0/F16 weights through the CPU backend and compares
-// with the F32 Linear on the dequantised weights: F16 and the Q8_0 prefill path to f32
-// rounding, the Q8_0 decode path (M ≤ 8) within its activation-rounding bound (1% of Σ|x||w|
+// TestLinearQuantized runs Linear with Q8_0/F16/BF16/Q4_K weights through the CPU backend and
+// compares with the F32 Linear on the dequantised weights: F16, BF16, Q4_K and the Q8_0
+// prefill path to f32 rounding, the Q8_0 decode path (M ≤ 8) within its activation-rounding bound (1% of Σ|x||w|
 // here; the exact bound is checked in cgo's TestLinearQ).
 func TestLinearQuantized(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 2))
-	for _, dtype := range []DType{Q8_0, F16, Q8_0R8} {
-		for _, c := range []struct {
-			lead []int64
-			n, k int64
-			bias bool
-		}{
-			{[]int64{1}, 33, 96, true}, {[]int64{1}, 1025, 1056, false}, {[]int64{58}, 101, 288, true},
-			{[]int64{58}, 515, 1024, false}, {[]int64{2, 3}, 17, 160, true}, {[]int64{4, 29}, 9, 64, false},
-		} {
+	type shape struct {
+		lead []int64
+		n, k int64
+		bias bool
+	}
+	blocks32 := []shape{
+		{[]int64{1}, 33, 96, true}, {[]int64{1}, 1025, 1056, false}, {[]int64{58}, 101, 288, true},
+		{[]int64{58}, 515, 1024, false}, {[]int64{2, 3}, 17, 160, true}, {[]int64{4, 29}, 9, 64, false},
+	}
+	blocks256 := []shape{ // Q4_K rows are whole 256-value super-blocks
+		{[]int64{1}, 33, 256, true}, {[]int64{1}, 1025, 1024, false}, {[]int64{58}, 101, 768, true},
+		{[]int64{2, 3}, 17, 512, true},
+	}
+	for _, dtype := range []DType{Q8_0, F16, Q8_0R8, BF16, Q4_K} {
+		cases := blocks32
+		if dtype == Q4_K {
+			cases = blocks256
+		}
+		for _, c := range cases {
 			name := fmt.Sprintf("%s/%v/%dx%d", dtypeName(dtype), c.lead, c.n, c.k)
 			w := make([]float32, c.n*c.k)
 			for i := range w {
@@ -121,12 +138,12 @@ func TestLinearQuantized(t *testing.T) {
 // TestGatherRowsQuantized: an embedding lookup in a quantised table gives the dequantised rows.
 func TestGatherRowsQuantized(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 5))
-	const n, k = 40, 64
+	const n, k = 40, 256
 	w := make([]float32, n*k)
 	for i := range w {
 		w[i] = float32(rng.NormFloat64())
 	}
-	for _, dtype := range []DType{Q8_0, F16} {
+	for _, dtype := range []DType{Q8_0, F16, BF16, Q4_K} {
 		q, ref := quantBuffers(t, w, n, k, dtype)
 		build := func(b *Buffer) *Graph {
 			g := NewGraph("gather")

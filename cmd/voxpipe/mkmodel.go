@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/ggufpack"
 	"github.com/voxpipe/voxpipe/engine/weights"
 	"github.com/voxpipe/voxpipe/models/bpe"
 	"github.com/voxpipe/voxpipe/models/miocodec"
@@ -71,14 +72,14 @@ var mkFamilies = map[string]mkFamily{
 }
 
 func runMkmodel(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("mkmodel", "mkmodel --family miotts|miocodec|meanvc2 [--dims real|tiny] [--size 0.6b|1.7b] [--variant 120ms|40ms] [--dtype f32|f16|q8_0] [--seed N] --out FILE.gguf", stderr)
+	fs := newFlags("mkmodel", "mkmodel --family miotts|miocodec|meanvc2 [--dims real|tiny] [--size 0.6b|1.7b] [--variant 120ms|40ms] [--dtype f32|f16|bf16|q8_0|q4_k] [--seed N] --out FILE.gguf", stderr)
 	family := fs.String("family", "", "model family: miotts, miocodec or meanvc2")
 	dims := fs.String("dims", "real", "real: a published model's dimensions; tiny: the golden test model's")
 	size := fs.String("size", "0.6b", "miotts size with --dims real: 0.6b or 1.7b")
 	variant := fs.String("variant", "120ms", "meanvc2 variant: 120ms (the 120 ms + 40 ms model) or 40ms (the 40 ms + 40 ms one, lower latency): the same tensors, the variant's streaming constants in config.json")
 	seed := fs.Uint64("seed", 1, "random seed")
 	out := fs.String("out", "", "output file")
-	dtype := fs.String("dtype", "f32", "stored matrix type: f32, f16 or q8_0 (norms stay f32)")
+	dtype := fs.String("dtype", "f32", "stored matrix type: f32, f16, bf16, q8_0 or q4_k (norms stay f32; a q4_k matrix whose rows are not whole 256-value blocks is stored q8_0)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -94,8 +95,12 @@ func runMkmodel(args []string, stdout, stderr io.Writer) error {
 		o.dtype = gguf.F16
 	case "q8_0":
 		o.dtype = gguf.Q8_0
+	case "bf16":
+		o.dtype = gguf.BF16
+	case "q4_k":
+		o.dtype = gguf.Q4_K
 	default:
-		return fmt.Errorf("--dtype %q: use f32, f16 or q8_0", *dtype)
+		return fmt.Errorf("--dtype %q: use f32, f16, bf16, q8_0 or q4_k", *dtype)
 	}
 	if o.dims != "real" && o.dims != "tiny" {
 		return fmt.Errorf("--dims %q: use real or tiny", *dims)
@@ -198,13 +203,13 @@ func randomTensors(specs []weights.Spec, seed uint64, dt gguf.DType, progress io
 			for j := range data {
 				data[j] = float32(sd * rng.NormFloat64())
 			}
-			// Only the matrices the models keep encoded, with rows of whole Q8_0 blocks,
-			// are stored quantised (what the engine's quantised Linear and row gather read).
-			if s.Encoded && len(s.Shape) == 2 && (dt != gguf.Q8_0 || s.Shape[1]%32 == 0) {
-				t = dt
+			// Only the matrices the models keep encoded are stored quantised (what the
+			// engine's quantised Linear and row gather read).
+			if s.Encoded && len(s.Shape) == 2 {
+				t = matrixType(dt, s.Shape[1])
 			}
 		}
-		out[i] = gguf.WriteTensor{Name: s.Name, Shape: s.Shape, Type: t, Data: data}
+		out[i] = encodeTensor(s.Name, s.Shape, t, data)
 		if (i+1)%100 == 0 {
 			fmt.Fprintf(progress, "  %d/%d tensors\n", i+1, len(specs))
 		}
@@ -298,11 +303,11 @@ func miottsWeights(specs []weights.Spec, seed uint64, dt gguf.DType, progress io
 				data[j] = float32(sd * rng.NormFloat64())
 			}
 		}
-		t := dt
-		if len(s.Shape) == 1 && dt == gguf.Q8_0 {
+		t := matrixType(dt, s.Shape[len(s.Shape)-1])
+		if len(s.Shape) == 1 && dt != gguf.F16 {
 			t = gguf.F32 // norm weights: tiny, and kept F32 as converters do
 		}
-		tensors[i] = gguf.WriteTensor{Name: s.Name, Shape: s.Shape, Type: t, Data: data}
+		tensors[i] = encodeTensor(s.Name, s.Shape, t, data)
 		if (i+1)%50 == 0 {
 			fmt.Fprintf(progress, "  %d/%d tensors\n", i+1, len(specs))
 		}
@@ -347,4 +352,28 @@ func byteLevelTokenizer(cfg qwen3.Config, size string) ([]gguf.EmbeddedFile, err
 	}
 	return []gguf.EmbeddedFile{{Name: "vocab.json", Data: v}, {Name: "merges.txt", Data: []byte("#version: 0.2\n")},
 		{Name: "tokenizer_config.json", Data: tc}}, nil
+}
+
+// matrixType is the type a matrix with rows of k values is stored as for --dtype dt: block
+// types need whole blocks per row (Q4_K falls back to Q8_0, then to F32).
+func matrixType(dt gguf.DType, k int) gguf.DType {
+	if dt == gguf.Q4_K && k%256 != 0 {
+		dt = gguf.Q8_0
+	}
+	if dt == gguf.Q8_0 && k%32 != 0 {
+		dt = gguf.F32
+	}
+	return dt
+}
+
+// encodeTensor is a tensor to write: the writer encodes F32, F16 and Q8_0 itself; BF16 and
+// Q4_K are encoded here.
+func encodeTensor(name string, shape []int, t gguf.DType, data []float32) gguf.WriteTensor {
+	if t == gguf.BF16 || t == gguf.Q4_K {
+		if raw, err := ggufpack.Encode(nil, data, t); err == nil {
+			return gguf.WriteTensor{Name: name, Shape: shape, Type: t, Raw: raw}
+		}
+		t = gguf.F32 // not reached: matrixType gave whole blocks
+	}
+	return gguf.WriteTensor{Name: name, Shape: shape, Type: t, Data: data}
 }

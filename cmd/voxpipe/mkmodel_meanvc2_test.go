@@ -82,7 +82,7 @@ func TestMkmodelMeanVC2TinyMatchesGolden(t *testing.T) {
 
 // A tiny random model loads and converts with finite output in every stored weight type.
 func TestMkmodelMeanVC2TinyConverts(t *testing.T) {
-	for _, dt := range []string{"f32", "f16", "q8_0"} {
+	for _, dt := range []string{"f32", "f16", "bf16", "q8_0", "q4_k"} {
 		out := filepath.Join(t.TempDir(), dt+".gguf")
 		if _, stderr, code := runCmd(t, "mkmodel", "--family", "meanvc2", "--dims", "tiny", "--dtype", dt, "--seed", "5", "--out", out); code != 0 {
 			t.Fatalf("%s: mkmodel: %s", dt, stderr)

@@ -81,7 +81,7 @@ var catalog = []Model{
 		Name: "meanvc2-q4_k", Family: "meanvc2", Repo: Repo,
 		Path: "MeanVC2-GGUF/meanvc2-120ms-40ms-q4_k.gguf", File: "meanvc2-120ms-40ms-q4_k.gguf",
 		Size:  342_368_032,
-		About: "the same MeanVC2 model quantised to Q4_K: a fifth of the download (widened to f32 when loaded)",
+		About: "the same MeanVC2 model quantised to Q4_K: a fifth of the download and half the memory of fp32 (kept Q4_K when loaded)",
 		Use:   "voxpipe serve --vc-model meanvc2-q4_k (or convert/bridge --model meanvc2-q4_k --ref REF.wav)",
 	},
 	{

@@ -47,8 +47,9 @@ func Shaped(shape ...int) Tensor { return Tensor{Shape: shape} }
 // Want implements weights.Leaf.
 func (t *Tensor) Want() []int { return t.Shape }
 
-// Load implements weights.Leaf: raw copies for encodings the engine computes with, float32
-// conversion otherwise (BF16, K-quants, or a quantised tensor an F32-only op reads).
+// Load implements weights.Leaf: raw copies for encodings the engine computes with (F32, and
+// for Linear and GatherRows also F16, Q8_0, BF16 and Q4_K), float32 conversion otherwise
+// (other K-quants, or a quantised tensor an F32-only op reads).
 func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.Allocator) error {
 	s := make([]int64, len(shape))
 	for i, v := range shape {
@@ -93,12 +94,16 @@ func (t *Tensor) keep(dt gguf.DType, shape []int64) (engine.DType, bool) {
 		return engine.Q8_0R8, true
 	case dt == gguf.Q8_0:
 		return engine.Q8_0, true
+	case dt == gguf.BF16:
+		return engine.BF16, true
+	case dt == gguf.Q4_K && cgo.RowBytes(engine.Q4_K, shape[1]) > 0:
+		return engine.Q4_K, true
 	}
 	return 0, false
 }
 
-// Matrix is a Linear weight [out, in]: kept as Q8_0 (repacked for the decode kernel) or F16
-// when the file holds it so.
+// Matrix is a Linear weight [out, in]: kept as Q8_0 (repacked for the decode kernel), F16,
+// BF16 or Q4_K when the file holds it so.
 type Matrix struct{ Tensor }
 
 // Encoded implements weights.Encoder.
