@@ -35,7 +35,9 @@ func TestBenchMeanVC2Golden(t *testing.T) {
 			t.Errorf("%s missing: %s", f, stdout)
 			continue
 		}
-		if v <= 0 && f != "speaker_peak_mb" {
+		// A loaded machine may keep no session real time: that count is a measurement, and
+		// only its presence is checked.
+		if v < 0 || v == 0 && f != "speaker_peak_mb" && f != "max_realtime_sessions" {
 			t.Errorf("%s = %v", f, v)
 		}
 	}
