@@ -18,8 +18,9 @@ build: deps
 	$(GO) build -ldflags "-X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/voxpipe
 
 # Install missing Debian packages (only those missing, so a ready machine skips apt entirely).
+# NAME:ARCH: with the arm64 -dev packages installed too (make cross-deps) a bare name is ambiguous.
 deps:
-	@missing=""; for p in $(BUILD_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; arch=$$(dpkg --print-architecture); for p in $(BUILD_PKGS); do dpkg -s $$p:$$arch >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
@@ -84,3 +85,70 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 
 clean:
 	rm -rf bin $(BENCH_MODELS)
+
+# ---- packaging (README: Install and deploy) ----
+.PHONY: dist dist-archive build-arm64 cross-deps cross-check docker
+
+# The release's name: the nearest tag, else the commit (-dirty with uncommitted changes).
+VERSION = $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+DIST    ?= dist
+# Archive timestamps: the commit's time, so the same commit gives the same archive.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+RELEASE_FLAGS := -trimpath -ldflags "-s -w -X main.buildCommit=$(COMMIT)"
+HOST_ARCH = $(shell $(GO) env GOARCH)
+# linux/arm64 with cgo: Debian's cross compiler and the arm64 -dev packages (multiarch).
+ARM64_CC   ?= aarch64-linux-gnu-gcc
+ARM64_LIB  := /usr/lib/aarch64-linux-gnu
+ARM64_PKGS := gcc-aarch64-linux-gnu libc6-dev-arm64-cross libopus-dev:arm64 libopusfile-dev:arm64 libopenblas-dev:arm64 libmp3lame-dev:arm64
+ARM64_ENV  := CC=$(ARM64_CC) CGO_ENABLED=1 GOOS=linux GOARCH=arm64 PKG_CONFIG_LIBDIR=$(ARM64_LIB)/pkgconfig:/usr/share/pkgconfig
+ARM64_OK   := command -v $(ARM64_CC) >/dev/null && [ -f $(ARM64_LIB)/pkgconfig/opus.pc ] && [ -f $(ARM64_LIB)/pkgconfig/opusfile.pc ] && \
+              [ -e $(ARM64_LIB)/libopenblas.so ] && [ -e $(ARM64_LIB)/libmp3lame.so ]
+
+# Release archives dist/voxpipe-VERSION-linux-ARCH.tar.gz (binary, README, docs, systemd unit
+# and env example) and dist/SHA256SUMS: this machine's architecture, and linux/arm64 when the
+# cross toolchain is installed (make cross-deps), skipped with a message when it is not.
+dist: deps
+	@rm -rf $(DIST) bin/dist && mkdir -p $(DIST) bin/dist && echo '*' > $(DIST)/.gitignore
+	$(GO) build $(RELEASE_FLAGS) -o bin/dist/linux-$(HOST_ARCH)/voxpipe ./cmd/voxpipe
+	@$(MAKE) --no-print-directory dist-archive ARCH=$(HOST_ARCH)
+	@if [ "$(HOST_ARCH)" = arm64 ]; then :; \
+	elif $(ARM64_OK); then \
+	  echo '$(ARM64_ENV) $(GO) build $(RELEASE_FLAGS) -o bin/dist/linux-arm64/voxpipe ./cmd/voxpipe'; \
+	  $(ARM64_ENV) $(GO) build $(RELEASE_FLAGS) -o bin/dist/linux-arm64/voxpipe ./cmd/voxpipe && \
+	  $(MAKE) --no-print-directory dist-archive ARCH=arm64; \
+	else echo "dist: skipping linux/arm64: no cross toolchain ($(ARM64_CC) and the arm64 -dev packages; make cross-deps installs them)"; fi
+	cd $(DIST) && sha256sum voxpipe-*.tar.gz > SHA256SUMS && cat SHA256SUMS
+
+# One archive from bin/dist/linux-$(ARCH)/voxpipe (called by dist).
+dist-archive:
+	@d=voxpipe-$(VERSION)-linux-$(ARCH); s=bin/dist/stage/$$d; rm -rf $$s && \
+	mkdir -p $$s/docs $$s/packaging && \
+	install -m 0755 bin/dist/linux-$(ARCH)/voxpipe $$s/voxpipe && \
+	install -m 0644 README.md $(wildcard LICENSE*) $$s/ && \
+	install -m 0644 docs/*.md $$s/docs/ && \
+	install -m 0644 packaging/voxpipe.service packaging/voxpipe.env.example $$s/packaging/ && \
+	tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@$(SOURCE_DATE_EPOCH) \
+	  -C bin/dist/stage -cf - $$d | gzip -9n > $(DIST)/$$d.tar.gz && \
+	echo "$(DIST)/$$d.tar.gz: $$(du -h $(DIST)/$$d.tar.gz | cut -f1)"
+
+# bin/linux-arm64/voxpipe (needs the cross toolchain: make cross-deps).
+build-arm64: deps
+	@$(ARM64_OK) || { echo "build-arm64: no cross toolchain: make cross-deps (Debian: $(ARM64_PKGS))"; exit 1; }
+	$(ARM64_ENV) $(GO) build -ldflags "-X main.buildCommit=$(COMMIT)" -o bin/linux-arm64/voxpipe ./cmd/voxpipe
+
+# Installs the linux/arm64 cross toolchain (Debian multiarch), only when missing.
+cross-deps:
+	@$(ARM64_OK) || { echo "installing Debian packages: $(ARM64_PKGS)"; \
+	  $(SUDO) dpkg --add-architecture arm64 && $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(ARM64_PKGS) >/dev/null; }
+
+# CI's portability check (build only): the whole binary for linux/arm64 (cgo, the portable C
+# kernels), and go vet for macOS of the packages that need no cgo (packaging/pure-go-packages.sh).
+cross-check: cross-deps build-arm64
+	@pure=$$(GO=$(GO) sh packaging/pure-go-packages.sh); \
+	echo "GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet ($$(echo $$pure | wc -w) pure-Go packages)"; \
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet $$pure
+
+# The container image (Dockerfile); needs a Docker engine.
+docker:
+	docker build --build-arg VOXPIPE_COMMIT=$(COMMIT) -t voxpipe:$(VERSION) -t voxpipe:latest .

@@ -18,12 +18,21 @@
  *   sin^2: reduction by pi in three parts (sin^2 has period pi), degree-13 Taylor; lanes with
  *          |a x| > 1e5 take libm sinf.
  * Work is split over the context's threads with vx_parallel_for. */
-#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "simd.h"
 
+#ifndef VX_X86
+/* No x86 SIMD on this target (kern.h): vx_use_avx2() is always 0, so the SIMD names are never
+ * reached; they stand for the portable functions so that the dispatch below compiles as is. */
+#define unary_avx2 unary_portable
+#define bin_avx2 bin_portable
+#define bin_avx512 bin_portable
+#define snake_row_avx2 snake_row_portable
+#endif
+
+#ifdef VX_X86
 /* ---- vector math (AVX2 + FMA) ---- */
 
 static inline AVX2_FN __m256 v_abs(__m256 x) {
@@ -99,6 +108,7 @@ static inline AVX2_FN __m256 v_phi(__m256 x) {
 	/* x >= 0: 1 - erfc/2; x < 0: erfc/2 */
 	return _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), hec), hec, _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
 }
+#endif /* VX_X86 */
 
 /* ---- UNARY ---- */
 
@@ -149,6 +159,7 @@ static void unary_portable(int f, const float *s, float *d, int64_t n, float p0,
 	}
 }
 
+#ifdef VX_X86
 #define UVLOOP(EXPR)                                                                               \
 	do {                                                                                       \
 		int64_t i = 0;                                                                     \
@@ -188,6 +199,7 @@ AVX2_FN static void unary_avx2(int f, const float *s, float *d, int64_t n, float
 	default: unary_portable(f, s, d, n, p0, p1); /* log, sin, cos: libm */
 	}
 }
+#endif /* VX_X86 */
 
 typedef struct {
 	int f, avx;
@@ -266,6 +278,7 @@ static void bin_portable(int op, int64_t n, const float *a, int ma, const float 
 		bin_strided(op, n, a, 0, b, mb ? 1 : 0, d);
 }
 
+#ifdef VX_X86
 static inline AVX2_FN __m256 vmax_nan(__m256 x, __m256 y) {
 	return _mm256_blendv_ps(_mm256_max_ps(x, y), x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
@@ -327,6 +340,7 @@ AVX512_FN static void bin_avx512(int op, int64_t n, const float *a, int ma, cons
 #undef VL
 	}
 }
+#endif /* VX_X86 */
 
 /* Drop size-1 dims and merge dims that are contiguous in every one of the k stride sets.
  * shape/st are 5-d on entry; returns the new rank (>= 1), outermost first. */
@@ -465,6 +479,7 @@ static void snake_row_portable(const float *x, float *y, int64_t n, float a, flo
 	}
 }
 
+#ifdef VX_X86
 /* sin(r)^2 after reduction of y by multiples of pi. */
 static inline AVX2_FN __m256 v_sin2(__m256 y) {
 	__m256 k = _mm256_round_ps(_mm256_mul_ps(y, _mm256_set1_ps((float)(1.0 / 3.14159265358979323846))),
@@ -503,6 +518,7 @@ AVX2_FN static void snake_row_avx2(const float *x, float *y, int64_t n, float a,
 		_mm256_maskstore_ps(y + i, mask, _mm256_fmadd_ps(vib, v_sin2(yv), xv));
 	}
 }
+#endif /* VX_X86 */
 
 static void snake_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 	const snake_job *j = arg;

@@ -5,12 +5,22 @@
  * Optional weight/bias follow n_src (LAYER_NORM, GROUP_NORM: 1 none, 2 weight, 3 weight and
  * bias; RMS_NORM: 2 weight; CHANNEL_AFFINE: src2 shift optional). AVX2/FMA paths for layer/rms
  * norm, channel affine and softmax; the vector exp is the one described in k_elem.c. */
-#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "simd.h"
+
+#ifndef VX_X86
+/* No x86 SIMD on this target (kern.h): vx_use_avx2() is always 0, so the SIMD names are never
+ * reached; they stand for the portable functions so that the dispatch below compiles as is. */
+#define moments_avx2 moments_portable
+#define sumsq_avx2 sumsq_portable
+#define norm_apply_avx2 norm_apply_portable
+#define affine_row_avx2 affine_row_portable
+#define sm_pre_avx2 sm_pre_portable
+#define sm_post_avx2 sm_post_portable
+#endif
 
 /* A contiguous f32 vector of exactly n elements (per-channel or per-feature parameters). */
 static int param_ok(const vx_tensor *p, int64_t n) {
@@ -19,10 +29,12 @@ static int param_ok(const vx_tensor *p, int64_t n) {
 
 /* ---- vector helpers ---- */
 
+#ifdef VX_X86
 static inline AVX2_FN double hsum_pd(__m256d v) {
 	__m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
+#endif
 
 /* ---- row statistics ---- */
 
@@ -40,6 +52,7 @@ static void moments_portable(const float *x, int64_t n, double *mean, double *va
 	*var = n ? v / (double)n : 0;
 }
 
+#ifdef VX_X86
 AVX2_FN static void moments_avx2(const float *x, int64_t n, double *mean, double *var) {
 	__m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
 	int64_t i = 0;
@@ -70,6 +83,7 @@ AVX2_FN static void moments_avx2(const float *x, int64_t n, double *mean, double
 	*mean = m;
 	*var = n ? q / (double)n : 0;
 }
+#endif
 
 static double sumsq_portable(const float *x, int64_t n) {
 	double s = 0;
@@ -78,6 +92,7 @@ static double sumsq_portable(const float *x, int64_t n) {
 	return s;
 }
 
+#ifdef VX_X86
 AVX2_FN static double sumsq_avx2(const float *x, int64_t n) {
 	__m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
 	int64_t i = 0;
@@ -93,6 +108,7 @@ AVX2_FN static double sumsq_avx2(const float *x, int64_t n) {
 		s += (double)x[i] * x[i];
 	return s;
 }
+#endif
 
 /* y = (x - m) * r * w + b; w, b may be NULL. */
 static void norm_apply_portable(const float *x, float *y, int64_t n, float m, float r, const float *w,
@@ -107,6 +123,7 @@ static void norm_apply_portable(const float *x, float *y, int64_t n, float m, fl
 	}
 }
 
+#ifdef VX_X86
 AVX2_FN static void norm_apply_avx2(const float *x, float *y, int64_t n, float m, float r, const float *w,
                                     const float *b) {
 	__m256 vm = _mm256_set1_ps(m), vr = _mm256_set1_ps(r);
@@ -128,6 +145,7 @@ AVX2_FN static void norm_apply_avx2(const float *x, float *y, int64_t n, float m
 			_mm256_maskstore_ps(y + i, mask, v);
 	}
 }
+#endif
 
 /* ---- LAYER_NORM, RMS_NORM ---- */
 
@@ -211,6 +229,7 @@ static void affine_row_portable(const float *x, float *y, int64_t n, float m, fl
 		y[i] = (x[i] - m) * sc + sh;
 }
 
+#ifdef VX_X86
 AVX2_FN static void affine_row_avx2(const float *x, float *y, int64_t n, float m, float sc, float sh) {
 	__m256 vm = _mm256_set1_ps(m), a = _mm256_set1_ps(sc), b = _mm256_set1_ps(sh);
 	int64_t i = 0;
@@ -219,6 +238,7 @@ AVX2_FN static void affine_row_avx2(const float *x, float *y, int64_t n, float m
 	for (; i < n; i++)
 		y[i] = (x[i] - m) * sc + sh;
 }
+#endif
 
 static void gn_apply_seg(void *arg, int64_t bc, int64_t lo, int64_t hi) {
 	const gn_job *j = arg;
@@ -335,6 +355,7 @@ static void sm_post_portable(float *y, int64_t n, float mx) {
 		y[i] *= inv;
 }
 
+#ifdef VX_X86
 AVX2_FN static float sm_pre_avx2(const float *x, const float *m, int64_t ms, float *y, int64_t n, float scale) {
 	if (m && ms != 0 && ms != 1)
 		return sm_pre_portable(x, m, ms, y, n, scale);
@@ -364,7 +385,9 @@ AVX2_FN static float sm_pre_avx2(const float *x, const float *m, int64_t ms, flo
 	}
 	return mx;
 }
+#endif
 
+#ifdef VX_X86
 AVX2_FN static void sm_post_avx2(float *y, int64_t n, float mx) {
 	__m256 vmx = _mm256_set1_ps(mx), s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
 	__m256d acc = _mm256_setzero_pd(); /* float lane sums flushed every 1024 elements */
@@ -401,6 +424,7 @@ AVX2_FN static void sm_post_avx2(float *y, int64_t n, float mx) {
 		_mm256_maskstore_ps(y + i, mask, _mm256_mul_ps(_mm256_maskload_ps(y + i, mask), inv));
 	}
 }
+#endif
 
 static void sm_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 	const sm_job *j = arg;

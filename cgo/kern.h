@@ -14,6 +14,14 @@ typedef void (*vx_seg_fn)(void *arg, int64_t row, int64_t lo, int64_t hi);
  * to keep the threads busy are cut into parts of at least min_part elements. */
 void vx_run_segs(vx_ctx *ctx, int64_t rows, int64_t len, double cost, int64_t min_part, vx_seg_fn fn, void *arg);
 
+/* VX_X86: the x86-64 SIMD paths (AVX2/FMA, AVX-512, chosen at run time by CPU detection) are
+ * compiled in. Elsewhere (arm64, ...) they are left out, vx_cpu_features stays 0 and every
+ * kernel takes its portable C path, which -O3 auto-vectorises (NEON on arm64); there are no
+ * hand-written NEON kernels. VX_NO_SIMD (CFLAGS) builds the portable-only code on x86 too. */
+#if defined(__x86_64__) && !defined(VX_NO_SIMD)
+#define VX_X86 1
+#endif
+
 /* Functions compiled for AVX2 + FMA, called only when vx_use_avx2() says the CPU has both. */
 #define AVX2_FN __attribute__((target("avx2,fma")))
 int vx_use_avx2(void);

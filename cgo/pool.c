@@ -25,11 +25,13 @@
 #include <string.h>
 #include <time.h>
 #include <cblas.h>
-#include "vx.h"
+#include "kern.h" /* vx.h, and VX_X86 */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
 #else
 #define cpu_relax() ((void)0)
 #endif
@@ -88,6 +90,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static void do_init(void) {
 	int f = 0;
+#ifdef VX_X86 /* elsewhere no SIMD path is compiled in: f stays 0, every kernel is portable */
 	__builtin_cpu_init();
 	if (__builtin_cpu_supports("avx2"))
 		f |= VX_CPU_AVX2;
@@ -95,6 +98,7 @@ static void do_init(void) {
 		f |= VX_CPU_FMA;
 	if (__builtin_cpu_supports("avx512f"))
 		f |= VX_CPU_AVX512F;
+#endif
 	/* Our pool owns the cores: OpenBLAS runs single-threaded inside our tasks. */
 	openblas_set_num_threads(1);
 	vx_cpu_features = f;

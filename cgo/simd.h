@@ -1,10 +1,12 @@
 /* AVX2/FMA vector helpers shared by the elementwise and normalisation kernels (static inline:
- * they must inline into their AVX2 callers). */
+ * they must inline into their AVX2 callers); empty off x86-64 (VX_X86, kern.h). */
 #ifndef VX_SIMD_H
 #define VX_SIMD_H
 
-#include <immintrin.h>
 #include "kern.h"
+
+#ifdef VX_X86 /* x86-64 only: see kern.h */
+#include <immintrin.h>
 
 static inline AVX2_FN __m256i tail_mask(int64_t r) {
 	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -42,5 +44,7 @@ static inline AVX2_FN __m256 v_exp(__m256 x) {
 	__m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 	return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
+
+#endif /* VX_X86 */
 
 #endif
