@@ -51,11 +51,16 @@ bench-models: build
 	@[ -f $(BENCH_MODELS)/miocodec.gguf ] || ./$(BIN) mkmodel --family miocodec --out $(BENCH_MODELS)/miocodec.gguf
 	@[ -f $(BENCH_MODELS)/meanvc2.gguf ] || ./$(BIN) mkmodel --family meanvc2 --out $(BENCH_MODELS)/meanvc2.gguf
 	@[ -f $(BENCH_MODELS)/meanvc2-40ms.gguf ] || ./$(BIN) mkmodel --family meanvc2 --variant 40ms --out $(BENCH_MODELS)/meanvc2-40ms.gguf
+	@# The MioTTS 0.6B originals (Hugging Face folder, 2.4 GB f32 safetensors in two shards) for the import benchmark.
+	@[ -f $(BENCH_MODELS)/miotts-0.6b-orig/model.safetensors.index.json ] || ./$(BIN) mkmodel --family miotts --size 0.6b --originals $(BENCH_MODELS)/miotts-0.6b-orig
 
 bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the models at real size, the WebRTC loopback
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
+	@# voxpipe import of the MioTTS 0.6B originals: wall time, peak RSS (goal ≤ 1.5 × the largest input file), input MB/s.
+	sh tools/ckptgen/import-bench.sh ./$(BIN) miotts $(BENCH_MODELS)/miotts-0.6b-orig f32
+	sh tools/ckptgen/import-bench.sh ./$(BIN) miotts $(BENCH_MODELS)/miotts-0.6b-orig q8_0
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 2 --seconds 20 --json
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 1 --seconds 20 --json
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2-40ms.gguf --threads 2 --seconds 20 --json
@@ -146,8 +151,8 @@ cross-deps:
 # kernels), and go vet for macOS of the packages that need no cgo (packaging/pure-go-packages.sh).
 cross-check: cross-deps build-arm64
 	@pure=$$(GO=$(GO) sh packaging/pure-go-packages.sh); \
-	echo "GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go vet ($$(echo $$pure | wc -w) pure-Go packages)"; \
-	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet $$pure
+	echo "GOOS=darwin|windows CGO_ENABLED=0 go vet ($$(echo $$pure | wc -w) pure-Go packages)"; \
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 $(GO) vet $$pure && GOOS=windows GOARCH=amd64 CGO_ENABLED=0 $(GO) vet $$pure
 
 # The container image (Dockerfile); needs a Docker engine.
 docker:

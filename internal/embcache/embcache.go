@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/voxpipe/voxpipe/internal/atomicfile"
@@ -59,7 +58,7 @@ func removeLeftovers(dir string) {
 		n, err := strconv.Atoi(pid)
 		switch {
 		case named && err == nil && n > 0:
-			if n != os.Getpid() && syscall.Kill(n, 0) == syscall.ESRCH {
+			if n != os.Getpid() && processGone(n) {
 				os.Remove(t)
 			}
 		default:
