@@ -15,7 +15,7 @@ run: build ## build and start the server on http://localhost:8080 (LISTEN=host:p
 COMMIT := $(shell git rev-parse --short HEAD 2>/dev/null)
 
 build: deps
-	$(GO) build -ldflags "-X main.buildCommit=$(COMMIT)" -o $(BIN) ./cmd/voxpipe
+	$(GO) build -ldflags "-X main.buildCommit=$(COMMIT) -X main.buildVersion=$(VERSION)" -o $(BIN) ./cmd/voxpipe
 
 # Install missing Debian packages (only those missing, so a ready machine skips apt entirely).
 # NAME:ARCH: with the arm64 -dev packages installed too (make cross-deps) a bare name is ambiguous.
@@ -99,7 +99,7 @@ VERSION = $(shell git describe --tags --always --dirty 2>/dev/null || echo unkno
 DIST    ?= dist
 # Archive timestamps: the commit's time, so the same commit gives the same archive.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
-RELEASE_FLAGS := -trimpath -ldflags "-s -w -X main.buildCommit=$(COMMIT)"
+RELEASE_FLAGS = -trimpath -ldflags "-s -w -X main.buildCommit=$(COMMIT) -X main.buildVersion=$(VERSION)"
 HOST_ARCH = $(shell $(GO) env GOARCH)
 # linux/arm64 with cgo: Debian's cross compiler and the arm64 -dev packages (multiarch).
 ARM64_CC   ?= aarch64-linux-gnu-gcc

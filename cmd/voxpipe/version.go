@@ -11,6 +11,10 @@ import (
 // toolchain does not stamp the VCS revision (GOFLAGS=-buildvcs=false).
 var buildCommit string
 
+// buildVersion is the release name make stamps (git describe: the nearest tag, else the
+// commit), where the module version is "(devel)".
+var buildVersion string
+
 // runVersion prints what a bug report needs: the module version, the commit and its time
 // (and whether the tree had changes), the Go version and the platform.
 func runVersion(args []string, stdout, stderr io.Writer) error {
@@ -23,8 +27,10 @@ func runVersion(args []string, stdout, stderr io.Writer) error {
 		commit = buildCommit
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v := bi.Main.Version; v != "" {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
 			version = v
+		} else if buildVersion != "" {
+			version = buildVersion
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {
