@@ -23,6 +23,7 @@ import (
 type miottsBench struct {
 	Threads          int     `json:"threads"`
 	LoadMs           float64 `json:"load_ms"`
+	LoadRSSMB        float64 `json:"load_rss_mb"` // resident once both models are loaded
 	PrefillTokens    int     `json:"prefill_tokens"`
 	PrefillMs        float64 `json:"prefill_ms"`
 	DecodeTokensPerS float64 `json:"decode_tokens_per_s"`
@@ -75,6 +76,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	}
 	defer tts.Close()
 	res.LoadMs = ms(time.Since(t0))
+	res.LoadRSSMB = procStatusMB("VmRSS")
 
 	// Prefill and decode: the LM alone, on the restricted head, with random prompt ids.
 	logf("prefill and decode…\n")
@@ -140,7 +142,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Fprintf(stdout, "MioTTS on %d threads (load %.0f ms):\n", res.Threads, res.LoadMs)
+	fmt.Fprintf(stdout, "MioTTS on %d threads (load %.0f ms, %.0f MB resident):\n", res.Threads, res.LoadMs, res.LoadRSSMB)
 	fmt.Fprintf(stdout, "  prefill %d tokens      %8.1f ms\n", res.PrefillTokens, res.PrefillMs)
 	fmt.Fprintf(stdout, "  decode                 %8.1f tokens/s (step p50 %.1f ms, p95 %.1f ms; 25 tokens/s is real time)\n", res.DecodeTokensPerS, res.DecodeStepMsP50, res.DecodeStepMsP95)
 	fmt.Fprintf(stdout, "  speaker embedding      %8.1f ms for %.0f s of reference\n", res.SpeakerMs, res.SpeakerSeconds)
