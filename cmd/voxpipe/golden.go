@@ -36,10 +36,12 @@ func goldenFamilyNames() string {
 }
 
 func runGolden(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("golden", "golden --family NAME [--dir GOLDEN_ROOT] [--threads N]", stderr)
+	fs := newFlags("golden", "golden --family NAME [--dir GOLDEN_ROOT] [--model FILE.gguf [--min-tol REL]] [--threads N]", stderr)
 	family := fs.String("family", "", "model family: "+goldenFamilyNames())
 	dir := fs.String("dir", golden.Root(), "golden root holding FAMILY/model.gguf and FAMILY/cases.gguf")
 	threads := fs.Int("threads", min(runtime.NumCPU(), 4), "engine threads")
+	model := fs.String("model", "", "check this model file instead of FAMILY/model.gguf (an imported or re-encoded copy)")
+	minTol := fs.Float64("min-tol", 0, "raise every stage's relative tolerance to at least this (a quantised model's stated error, e.g. 0.05)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -56,6 +58,7 @@ func runGolden(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer r.Close()
+	r.Model, r.MinTol = *model, *minTol
 	be, err := engine.NewCPU(*threads)
 	if err != nil {
 		return err

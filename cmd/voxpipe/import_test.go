@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -308,7 +309,8 @@ func TestImportMeanVC2Roles(t *testing.T) {
 }
 
 // Every --dtype stores the encoded matrices (and only those) in its type, bit for bit what
-// the quantiser makes of the golden values, within the type's error of them; the files load.
+// the quantiser makes of the golden values, within the type's error of them; the files load
+// and run the golden cases within a stated error.
 func TestImportMeanVC2DTypes(t *testing.T) {
 	dir := impMeanVC2Originals(t, "meanvc2_120ms_40ms.safetensors")
 	gts, _ := impGoldenModel(t, "meanvc2")
@@ -321,10 +323,13 @@ func TestImportMeanVC2DTypes(t *testing.T) {
 		encoded[s.Name] = s.Encoded
 	}
 	for _, c := range []struct {
-		flag string
-		dt   gguf.DType
-		tol  float64 // max |error| relative to the tensor's max |value|
-	}{{"f16", gguf.F16, 1e-3}, {"bf16", gguf.BF16, 8e-3}, {"q8_0", gguf.Q8_0, 1e-2}, {"q4_k", gguf.Q4_K, 0.15}} {
+		flag   string
+		dt     gguf.DType
+		tol    float64 // max |error| relative to the tensor's max |value|
+		golden float64 // every golden stage's error relative to its max |value|
+	}{ // golden: about twice the worst stage measured (7.9e-4, 7.2e-3, 2.3e-2, 8.1e-2; the tiny
+		// model's q4_k file is mostly Q8_0, its rows being shorter than a Q4_K block)
+		{"f16", gguf.F16, 1e-3, 2e-3}, {"bf16", gguf.BF16, 8e-3, 2e-2}, {"q8_0", gguf.Q8_0, 1e-2, 5e-2}, {"q4_k", gguf.Q4_K, 0.15, 0.15}} {
 		out := filepath.Join(t.TempDir(), c.flag+".gguf")
 		impRun(t, "--family", "meanvc2", "--from", dir, "--out", out, "--dtype", c.flag, "--quiet")
 		m, err := gguf.OpenModel(out)
@@ -381,6 +386,13 @@ func TestImportMeanVC2DTypes(t *testing.T) {
 		be.Close()
 		m.Close()
 		t.Logf("%s: %v", c.flag, counts)
+		// The golden cases run on the encoded copy within its stated error.
+		stdout, stderr, code := runCmd(t, "golden", "--family", "meanvc2", "--dir", filepath.Dir(golden.Path(t, "meanvc2")),
+			"--model", out, "--min-tol", fmt.Sprint(c.golden))
+		if code != 0 {
+			t.Errorf("%s: golden cases above %g: %s\n%s", c.flag, c.golden, impWorstStages(stdout, 5), stderr)
+		}
+		t.Logf("%s: golden cases within %g; worst: %s", c.flag, c.golden, impWorstStages(stdout, 1))
 	}
 }
 
@@ -667,4 +679,26 @@ func TestImportStreamsTensors(t *testing.T) {
 			t.Errorf("%v: %d MB allocated to copy a %d MB tensor", dt, got>>20, 4*rows*cols>>20)
 		}
 	}
+}
+
+// impWorstStages are the n golden report lines with the largest relative error.
+func impWorstStages(report string, n int) string {
+	type line struct {
+		rel  float64
+		text string
+	}
+	var lines []line
+	for _, l := range strings.Split(report, "\n") {
+		if _, after, ok := strings.Cut(l, " rel "); ok {
+			var rel float64
+			fmt.Sscan(strings.Fields(after)[0], &rel)
+			lines = append(lines, line{rel, strings.Join(strings.Fields(l), " ")})
+		}
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].rel > lines[j].rel })
+	var out []string
+	for _, l := range lines[:min(n, len(lines))] {
+		out = append(out, l.text)
+	}
+	return strings.Join(out, "; ")
 }

@@ -54,6 +54,12 @@ type Run struct {
 	Family string
 	Dir    string // the family's folder: model.gguf and cases.gguf
 	Cases  *gguf.Model
+	// Model, when set, is the model file to check instead of the folder's model.gguf (an
+	// imported or re-encoded copy).
+	Model string
+	// MinTol raises every float stage's tolerance to at least this relative error: the
+	// stated error of a quantised copy of the model.
+	MinTol float64
 	used   map[string]bool
 	stages []Stage
 }
@@ -68,8 +74,13 @@ func Open(dir, family string) (*Run, error) {
 	return &Run{Family: family, Dir: fd, Cases: c, used: map[string]bool{}}, nil
 }
 
-// ModelPath is DIR/family/model.gguf.
-func (r *Run) ModelPath() string { return filepath.Join(r.Dir, "model.gguf") }
+// ModelPath is DIR/family/model.gguf, or Model when set.
+func (r *Run) ModelPath() string {
+	if r.Model != "" {
+		return r.Model
+	}
+	return filepath.Join(r.Dir, "model.gguf")
+}
 
 // Close releases the cases file.
 func (r *Run) Close() { r.Cases.Close() }
@@ -122,7 +133,7 @@ func (r *Run) Fail(name string, err error) {
 
 // Compare records got against want under name with a relative tolerance.
 func (r *Run) Compare(name string, got, want []float32, tol float64) Stage {
-	return r.Add(Compare(name, got, want, tol))
+	return r.Add(Compare(name, got, want, max(tol, r.MinTol)))
 }
 
 // Check compares got with the case tensor of the same name.
