@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -127,52 +128,11 @@ func TestWHIPIngestWHEPEgress(t *testing.T) {
 		t.Fatalf("whip: %d %q", code, loc)
 	}
 	session := strings.TrimPrefix(loc, "/v1/whip/")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel() // runs first: the sender stops, then it is waited for
-	packets, err := rtcclient.EncodeFrames(speech(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Go(func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ctx.Err() == nil; i++ {
-			track.WriteSample(media.Sample{Data: packets[i%len(packets)], Duration: 20 * time.Millisecond})
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-			}
-		}
-	})
+	defer sendSpeechPackets(t, track)()
 
 	// The viewer: recvonly, like OBS's WHEP source.
-	view, err := api.NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	view, heard := whepViewer(t, api)
 	defer view.Close()
-	if _, err := view.AddTransceiverFromKind(webrtc.RTPCodecTypeAudio, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var got []float32
-	view.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
-		dec, _ := opus.NewDecoder(48000, 1)
-		pcm := make([]float32, 5760)
-		for {
-			pkt, _, err := tr.ReadRTP()
-			if err != nil {
-				return
-			}
-			if n, err := dec.DecodeFloat32(pkt.Payload, pcm); err == nil {
-				mu.Lock()
-				got = append(got, pcm[:n]...)
-				mu.Unlock()
-			}
-		}
-	})
 	stray, err := api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		t.Fatal(err)
@@ -186,20 +146,7 @@ func TestWHIPIngestWHEPEgress(t *testing.T) {
 	if code != http.StatusCreated || !strings.HasPrefix(vloc, "/v1/whep/"+session+"/") {
 		t.Fatalf("whep: %d %q", code, vloc)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		mu.Lock()
-		n, r := len(got), rmsOf(got[max(0, len(got)-48000):])
-		mu.Unlock()
-		if n >= 48000*2 && r > 0.01 {
-			t.Logf("viewer received %d samples, last second RMS %.3f", n, r)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("viewer got %d samples, RMS %.4f", n, r)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitForSound(t, heard, 2*48000)
 	if srv.Active() != 1 {
 		t.Errorf("%d active sessions, want the WHIP one", srv.Active())
 	}
@@ -227,5 +174,79 @@ func TestWHIPIngestWHEPEgress(t *testing.T) {
 	if srv.Active() != 0 {
 		t.Errorf("session still active after DELETE")
 	}
-	cancel()
+}
+
+// sendSpeechPackets sends the speech fixture's Opus packets on track every 20 ms, looping,
+// until the returned stop is called (which waits for the sender to end).
+func sendSpeechPackets(t *testing.T, track *webrtc.TrackLocalStaticSample) (stop func()) {
+	t.Helper()
+	packets, err := rtcclient.EncodeFrames(speech(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ctx.Err() == nil; i++ {
+			track.WriteSample(media.Sample{Data: packets[i%len(packets)], Duration: 20 * time.Millisecond})
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+			}
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
+
+// whepViewer is a recvonly peer, like OBS's WHEP source, that decodes what it receives;
+// heard returns a copy of the audio so far.
+func whepViewer(t *testing.T, api *webrtc.API) (view *webrtc.PeerConnection, heard func() []float32) {
+	t.Helper()
+	view, err := api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := view.AddTransceiverFromKind(webrtc.RTPCodecTypeAudio, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []float32
+	view.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
+		dec, _ := opus.NewDecoder(48000, 1)
+		pcm := make([]float32, 5760)
+		for {
+			pkt, _, err := tr.ReadRTP()
+			if err != nil {
+				return
+			}
+			if n, err := dec.DecodeFloat32(pkt.Payload, pcm); err == nil {
+				mu.Lock()
+				got = append(got, pcm[:n]...)
+				mu.Unlock()
+			}
+		}
+	})
+	return view, func() []float32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
+// waitForSound waits up to 15 s for at least n samples whose last second has sound.
+func waitForSound(t *testing.T, heard func() []float32, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got := heard()
+		r := rmsOf(got[max(0, len(got)-48000):])
+		if len(got) >= n && r > 0.01 {
+			t.Logf("viewer received %d samples, last second RMS %.3f", len(got), r)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("viewer got %d samples, RMS %.4f", len(got), r)
+		}
+	}
 }

@@ -1,22 +1,16 @@
 package rtc_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
-	"github.com/pion/webrtc/v4/pkg/media"
-	"gopkg.in/hraban/opus.v2"
 
 	"github.com/voxpipe/voxpipe/rtc"
-	"github.com/voxpipe/voxpipe/rtc/rtcclient"
 )
 
 // TestWHIPAudioVideoOfferLikeOBS: OBS's WHIP output offers H.264 video as well as Opus
@@ -89,65 +83,14 @@ func TestWHIPAudioVideoOfferLikeOBS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	packets, err := rtcclient.EncodeFrames(speech(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Go(func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; ctx.Err() == nil; i++ {
-			audio.WriteSample(media.Sample{Data: packets[i%len(packets)], Duration: 20 * time.Millisecond})
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-			}
-		}
-	})
-
-	view, err := api.NewPeerConnection(webrtc.Configuration{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	defer sendSpeechPackets(t, audio)()
+	view, heard := whepViewer(t, api)
 	defer view.Close()
-	view.AddTransceiverFromKind(webrtc.RTPCodecTypeAudio, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly})
-	var mu sync.Mutex
-	var got []float32
-	view.OnTrack(func(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
-		dec, _ := opus.NewDecoder(48000, 1)
-		pcm := make([]float32, 5760)
-		for {
-			pkt, _, err := tr.ReadRTP()
-			if err != nil {
-				return
-			}
-			if n, err := dec.DecodeFloat32(pkt.Payload, pcm); err == nil {
-				mu.Lock()
-				got = append(got, pcm[:n]...)
-				mu.Unlock()
-			}
-		}
-	})
 	session := strings.TrimPrefix(loc, "/v1/whip/")
 	if _, code := postSDP(t, view, hs.URL+"/v1/whep/"+session); code != http.StatusCreated {
 		t.Fatalf("whep: %d", code)
 	}
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		mu.Lock()
-		n, r := len(got), rmsOf(got[max(0, len(got)-48000):])
-		mu.Unlock()
-		if n >= 48000 && r > 0.01 {
-			t.Logf("viewer received %d samples, last second RMS %.3f", n, r)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("viewer got %d samples, RMS %.4f", n, r)
-		}
-	}
+	waitForSound(t, heard, 48000)
 }
 
 // withVideo adds a sendonly H.264 video section to an audio-only offer, bundled with the

@@ -24,7 +24,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/voxpipe/voxpipe/dsp/wav"
 )
@@ -74,51 +73,12 @@ var (
 	ErrCorrupt = errors.New("audiofile: corrupt")
 )
 
-// Audio is decoded audio.
+// Audio is decoded audio: the format it came in, and the samples as dsp/wav gives them
+// (interleaved by channel, nominally in −1..1; Truncated when the input ended early or was
+// damaged after audio had been decoded, with Data holding the audio before that point).
 type Audio struct {
-	Format     Format
-	SampleRate int
-	Channels   int
-	// Data holds the samples interleaved by channel, nominally in −1..1 (float WAV and
-	// lossy codecs may exceed that range a little).
-	Data []float32
-	// Truncated reports that the input ended early or was damaged after audio had been
-	// decoded: Data holds the audio before that point.
-	Truncated bool
-}
-
-// Frames is the number of samples per channel.
-func (a *Audio) Frames() int {
-	if a.Channels <= 0 {
-		return 0
-	}
-	return len(a.Data) / a.Channels
-}
-
-// Duration is the length of the audio.
-func (a *Audio) Duration() time.Duration {
-	if a.SampleRate <= 0 {
-		return 0
-	}
-	return time.Duration(int64(a.Frames()) * int64(time.Second) / int64(a.SampleRate))
-}
-
-// Mono returns the audio averaged over channels. For mono audio it returns Data itself.
-func (a *Audio) Mono() []float32 {
-	if a.Channels <= 1 {
-		return a.Data
-	}
-	n := a.Frames()
-	out := make([]float32, n)
-	scale := 1 / float32(a.Channels)
-	for i := range out {
-		var s float32
-		for _, v := range a.Data[i*a.Channels : (i+1)*a.Channels] {
-			s += v
-		}
-		out[i] = s * scale
-	}
-	return out
+	Format Format
+	wav.Audio
 }
 
 // Limits bound the cost of one Read. A zero field takes its default.
@@ -394,7 +354,7 @@ func (s *sink) finish() (*Audio, error) {
 	if s.frames() > s.maxFrames {
 		return nil, s.tooLong()
 	}
-	return &Audio{Format: s.format, SampleRate: s.rate, Channels: s.ch, Data: s.data, Truncated: s.truncated}, nil
+	return &Audio{Format: s.format, Audio: wav.Audio{SampleRate: s.rate, Channels: s.ch, Data: s.data, Truncated: s.truncated}}, nil
 }
 
 // stop decides how an error part way through ends the decode. A limit error, or any error
