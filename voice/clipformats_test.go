@@ -22,14 +22,7 @@ func speechAs(t *testing.T, dir, name, encoding string) (string, int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := audioout.NewEncoder(audioout.Format{Encoding: encoding, SampleRate: 48000}, 48000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := e.Encode(nil, in.Mono())
-	if err == nil {
-		b, err = e.Flush(b)
-	}
+	b, err := audioout.EncodeClip(audioout.Format{Encoding: encoding, SampleRate: 48000}, 48000, in.Mono())
 	if err != nil {
 		t.Fatal(err)
 	}

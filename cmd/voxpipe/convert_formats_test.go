@@ -21,14 +21,7 @@ func encodeFixture(t *testing.T, dir, name, encoding string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := audioout.NewEncoder(audioout.Format{Encoding: encoding, SampleRate: in.SampleRate}, in.SampleRate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := e.Encode(nil, in.Mono())
-	if err == nil {
-		b, err = e.Flush(b)
-	}
+	b, err := audioout.EncodeClip(audioout.Format{Encoding: encoding, SampleRate: in.SampleRate}, in.SampleRate, in.Mono())
 	if err != nil {
 		t.Fatal(err)
 	}

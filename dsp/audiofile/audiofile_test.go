@@ -50,15 +50,8 @@ func fixture(t testing.TB, name string) []byte {
 // encode encodes mono x at rate with tts/audioout.
 func encode(t testing.TB, encoding string, x []float32, rate int) []byte {
 	t.Helper()
-	e, err := audioout.NewEncoder(audioout.Format{Encoding: encoding, SampleRate: rate}, rate)
+	out, err := audioout.EncodeClip(audioout.Format{Encoding: encoding, SampleRate: rate}, rate, x)
 	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := e.Encode(nil, x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err = e.Flush(out); err != nil {
 		t.Fatal(err)
 	}
 	return out

@@ -161,6 +161,19 @@ func (e *Encoder) Flush(dst []byte) ([]byte, error) {
 	return e.encode(dst, x, true)
 }
 
+// EncodeClip encodes a whole mono clip x at srcRate in format f (a file's bytes).
+func EncodeClip(f Format, srcRate int, x []float32) ([]byte, error) {
+	e, err := NewEncoder(f, srcRate)
+	if err != nil {
+		return nil, err
+	}
+	out, err := e.Encode(nil, x)
+	if err != nil {
+		return nil, err
+	}
+	return e.Flush(out)
+}
+
 func (e *Encoder) encode(dst []byte, x []float32, last bool) ([]byte, error) {
 	if !e.started {
 		e.started = true
