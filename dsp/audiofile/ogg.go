@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/voxpipe/voxpipe/internal/oggcrc"
 	"gopkg.in/hraban/opus.v2"
 )
 
@@ -147,7 +148,7 @@ func (o *oggReader) page() (oggPage, error) {
 	}
 	want := binary.LittleEndian.Uint32(o.hdr[22:])
 	binary.LittleEndian.PutUint32(o.hdr[22:], 0)
-	if got := oggCRC(oggCRC(0, o.hdr[:27+nseg]), o.body); got != want {
+	if got := oggcrc.Update(oggcrc.Update(0, o.hdr[:27+nseg]), o.body); got != want {
 		return oggPage{}, fmt.Errorf("Ogg page CRC %08x, want %08x", got, want)
 	}
 	h := o.hdr[:]
@@ -196,29 +197,6 @@ func (o *oggReader) assemble(dst [][]byte, p oggPage) ([][]byte, error) {
 	tail := o.pkt[prev:]
 	o.pkt = append(make([]byte, 0, len(tail)+4096), tail...)
 	return dst, nil
-}
-
-var oggTable = func() (t [256]uint32) {
-	for i := range t {
-		r := uint32(i) << 24
-		for range 8 {
-			if r&0x80000000 != 0 {
-				r = r<<1 ^ 0x04C11DB7
-			} else {
-				r <<= 1
-			}
-		}
-		t[i] = r
-	}
-	return t
-}()
-
-// oggCRC continues Ogg's CRC-32 (polynomial 0x04C11DB7, not reflected, initial 0) over b.
-func oggCRC(c uint32, b []byte) uint32 {
-	for _, x := range b {
-		c = c<<8 ^ oggTable[byte(c>>24)^x]
-	}
-	return c
 }
 
 // opusRate is the rate libopusfile always decodes at.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/voxpipe/voxpipe/internal/oggcrc"
 )
 
 // oggPacket is a packet of an Ogg stream and, when it is the last to end on its page, that
@@ -75,7 +77,7 @@ func mux(serial uint32, pkts []oggPacket) []byte {
 		seq++
 		h = append(h, 0, 0, 0, 0, byte(len(lacing)))
 		h = append(h, lacing...)
-		binary.LittleEndian.PutUint32(h[22:], oggCRC(oggCRC(0, h), body))
+		binary.LittleEndian.PutUint32(h[22:], oggcrc.Update(oggcrc.Update(0, h), body))
 		out = append(append(out, h...), body...)
 	}
 	page([][]byte{pkts[0].data}, oggBOS, 0)

@@ -3,6 +3,8 @@ package audioout
 import (
 	"encoding/binary"
 	"math/rand/v2"
+
+	"github.com/voxpipe/voxpipe/internal/oggcrc"
 )
 
 // oggWriter frames Opus packets into Ogg pages (RFC 3533, RFC 7845): the OpusHead and
@@ -65,30 +67,6 @@ func (o *oggWriter) page(dst, data []byte, flags byte, granule uint64) []byte {
 	}
 	dst = append(dst, byte(n%255))
 	dst = append(dst, data...)
-	binary.LittleEndian.PutUint32(dst[crcAt:], oggCRC(dst[start:]))
+	binary.LittleEndian.PutUint32(dst[crcAt:], oggcrc.Update(0, dst[start:]))
 	return dst
-}
-
-var oggTable = func() (t [256]uint32) {
-	for i := range t {
-		r := uint32(i) << 24
-		for range 8 {
-			if r&0x80000000 != 0 {
-				r = r<<1 ^ 0x04C11DB7
-			} else {
-				r <<= 1
-			}
-		}
-		t[i] = r
-	}
-	return t
-}()
-
-// oggCRC is Ogg's CRC-32: polynomial 0x04C11DB7, no reflection, initial value 0.
-func oggCRC(b []byte) uint32 {
-	var c uint32
-	for _, x := range b {
-		c = c<<8 ^ oggTable[byte(c>>24)^x]
-	}
-	return c
 }
