@@ -22,7 +22,7 @@ var commands = []command{
 	{"tts", `speak text with MioTTS: tts --model LM.gguf --codec CODEC.gguf --voice REF.wav "text" -o out.wav`, runTTS},
 	{"bridge", "live mic → voice → output device (e.g. a virtual cable for OBS)", runBridge},
 	{"devices", "list local audio input and output devices", runDevices},
-	{"mkmodel", "write a random-weight model file at real or tiny dimensions (for benchmarks)", runMkmodel},
+	{"mkmodel", "write a random-weight model file at real or tiny dimensions (for benchmarks), or random original checkpoints (--originals)", runMkmodelOrOriginals},
 	{"bench", "benchmarks: bench loopback --sessions N --seconds S --json", runBench},
 	{"golden", "check a model family against its golden reference outputs: golden --family miotts", runGolden},
 	{"pull", "download a published model into the model cache: pull meanvc2 (pull --list shows the catalog)", runPull},

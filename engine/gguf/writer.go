@@ -1,9 +1,6 @@
 package gguf
 
 import (
-	"bufio"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -37,12 +34,7 @@ func Write(w io.Writer, kv KV, tensors []WriteTensor) error {
 		align = a
 	}
 
-	type plan struct {
-		dims   []uint64
-		size   uint64
-		offset uint64
-	}
-	plans := make([]plan, len(tensors))
+	infos := make([]TensorInfo, len(tensors))
 	seen := make(map[string]bool, len(tensors))
 	var off uint64
 	for i, t := range tensors {
@@ -94,47 +86,25 @@ func Write(w io.Writer, kv KV, tensors []WriteTensor) error {
 				return fmt.Errorf("gguf: write: tensor %q: %d values for shape %v (%d elements)", t.Name, len(t.Data), t.Shape, elems)
 			}
 		}
-		plans[i] = plan{dims: dims, size: size, offset: off}
+		infos[i] = TensorInfo{Name: t.Name, Dims: dims, Type: t.Type, Offset: off, Size: size}
 		off = (off + size + align - 1) / align * align
 	}
 
-	bw := &errWriter{w: bufio.NewWriterSize(w, 1<<16)}
-	bw.bytes([]byte(Magic))
-	bw.u32(3)
-	bw.u64(uint64(len(tensors)))
-	bw.u64(uint64(len(kv)))
-	for _, k := range kv.Keys() {
-		v := kv[k]
-		bw.str(k)
-		bw.u32(uint32(v.typ))
-		if err := bw.value(v, 0); err != nil {
-			return fmt.Errorf("gguf: write: metadata key %q: %w", k, err)
-		}
+	bw := NewEncoder(w, 1<<16)
+	if err := bw.WriteHeader(kv, infos, align); err != nil {
+		return fmt.Errorf("gguf: write: %w", err)
 	}
-	for i, t := range tensors {
-		bw.str(t.Name)
-		bw.u32(uint32(len(plans[i].dims)))
-		for _, d := range plans[i].dims {
-			bw.u64(d)
-		}
-		bw.u32(uint32(t.Type))
-		bw.u64(plans[i].offset)
-	}
-	bw.pad(align)
-	var scratch [8]byte
 	for i, t := range tensors {
 		switch {
 		case t.Raw != nil:
-			bw.bytes(t.Raw)
+			bw.Bytes(t.Raw)
 		case t.Type == F32:
 			for _, x := range t.Data {
-				binary.LittleEndian.PutUint32(scratch[:], math.Float32bits(x))
-				bw.bytes(scratch[:4])
+				bw.U32(math.Float32bits(x))
 			}
 		case t.Type == F16:
 			for _, x := range t.Data {
-				binary.LittleEndian.PutUint16(scratch[:], Float32ToHalf(x))
-				bw.bytes(scratch[:2])
+				bw.u16(Float32ToHalf(x))
 			}
 		case t.Type == Q8_0:
 			// A row of blocks at a time keeps the encoded copy small.
@@ -147,164 +117,15 @@ func Write(w io.Writer, kv KV, tensors []WriteTensor) error {
 				if err != nil {
 					return fmt.Errorf("gguf: write: tensor %q: %w", t.Name, err)
 				}
-				bw.bytes(q)
+				bw.Bytes(q)
 			}
 		}
 		if i < len(tensors)-1 {
-			bw.pad(align)
+			bw.Pad(align)
 		}
 	}
-	if bw.err != nil {
-		return fmt.Errorf("gguf: write: %w", bw.err)
-	}
-	if err := bw.w.Flush(); err != nil {
+	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("gguf: write: %w", err)
 	}
 	return nil
-}
-
-// errWriter keeps the first write error and counts the bytes written.
-type errWriter struct {
-	w   *bufio.Writer
-	n   uint64
-	err error
-}
-
-func (e *errWriter) bytes(b []byte) {
-	if e.err != nil {
-		return
-	}
-	n, err := e.w.Write(b)
-	e.n += uint64(n)
-	e.err = err
-}
-
-func (e *errWriter) u8(x uint8) { e.bytes([]byte{x}) }
-
-func (e *errWriter) u16(x uint16) {
-	var b [2]byte
-	binary.LittleEndian.PutUint16(b[:], x)
-	e.bytes(b[:])
-}
-
-func (e *errWriter) u32(x uint32) {
-	var b [4]byte
-	binary.LittleEndian.PutUint32(b[:], x)
-	e.bytes(b[:])
-}
-
-func (e *errWriter) u64(x uint64) {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], x)
-	e.bytes(b[:])
-}
-
-func (e *errWriter) str(s string) {
-	e.u64(uint64(len(s)))
-	e.bytes([]byte(s))
-}
-
-func (e *errWriter) pad(align uint64) {
-	var zero [64]byte
-	for e.n%align != 0 && e.err == nil {
-		n := align - e.n%align
-		if n > uint64(len(zero)) {
-			n = uint64(len(zero))
-		}
-		e.bytes(zero[:n])
-	}
-}
-
-func (e *errWriter) scalar(x any) error {
-	switch v := x.(type) {
-	case uint8:
-		e.u8(v)
-	case int8:
-		e.u8(uint8(v))
-	case bool:
-		if v {
-			e.u8(1)
-		} else {
-			e.u8(0)
-		}
-	case uint16:
-		e.u16(v)
-	case int16:
-		e.u16(uint16(v))
-	case uint32:
-		e.u32(v)
-	case int32:
-		e.u32(uint32(v))
-	case float32:
-		e.u32(math.Float32bits(v))
-	case uint64:
-		e.u64(v)
-	case int64:
-		e.u64(uint64(v))
-	case float64:
-		e.u64(math.Float64bits(v))
-	case string:
-		e.str(v)
-	default:
-		return fmt.Errorf("cannot encode %T", x)
-	}
-	return nil
-}
-
-func (e *errWriter) value(v Value, depth int) error {
-	if depth > maxNesting {
-		return errors.New("arrays nested too deep")
-	}
-	if v.typ != TypeArray {
-		if !v.typ.valid() || v.v == nil {
-			return fmt.Errorf("invalid value of type %s", v.typ)
-		}
-		return e.scalar(v.v)
-	}
-	e.u32(uint32(v.elem))
-	e.u64(uint64(v.Len()))
-	var err error
-	each := func(n int, at func(int) any) {
-		for i := 0; i < n && err == nil; i++ {
-			err = e.scalar(at(i))
-		}
-	}
-	switch a := v.v.(type) {
-	case []uint8:
-		e.bytes(a)
-	case []int8:
-		each(len(a), func(i int) any { return a[i] })
-	case []bool:
-		each(len(a), func(i int) any { return a[i] })
-	case []uint16:
-		each(len(a), func(i int) any { return a[i] })
-	case []int16:
-		each(len(a), func(i int) any { return a[i] })
-	case []uint32:
-		each(len(a), func(i int) any { return a[i] })
-	case []int32:
-		each(len(a), func(i int) any { return a[i] })
-	case []float32:
-		each(len(a), func(i int) any { return a[i] })
-	case []uint64:
-		each(len(a), func(i int) any { return a[i] })
-	case []int64:
-		each(len(a), func(i int) any { return a[i] })
-	case []float64:
-		each(len(a), func(i int) any { return a[i] })
-	case []string:
-		each(len(a), func(i int) any { return a[i] })
-	case []Value:
-		for _, x := range a {
-			if x.typ != TypeArray {
-				return fmt.Errorf("array of arrays holds a %s", x.describe())
-			}
-			if err = e.value(x, depth+1); err != nil {
-				return err
-			}
-		}
-	default:
-		return fmt.Errorf("invalid array value %T", v.v)
-	}
-	return err
 }

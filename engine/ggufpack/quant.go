@@ -26,11 +26,7 @@ func Encode(dst []byte, src []float32, t gguf.DType) ([]byte, error) {
 			dst = binary.LittleEndian.AppendUint16(dst, Float32ToBF16(v))
 		}
 	case gguf.Q8_0:
-		q, err := gguf.QuantizeQ8_0(src)
-		if err != nil {
-			return dst, err
-		}
-		dst = append(dst, q...)
+		return appendQ8_0(dst, src)
 	case gguf.Q4_K:
 		q, err := QuantizeQ4_K(src)
 		if err != nil {

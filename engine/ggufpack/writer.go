@@ -6,13 +6,10 @@
 package ggufpack
 
 import (
-	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"sort"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
 )
@@ -27,16 +24,14 @@ type Tensor struct {
 // Writer streams the tensors' data after the header; Write calls fill the tensors in table
 // order.
 type Writer struct {
-	w      *bufio.Writer
-	n      uint64 // bytes written
+	enc    *gguf.Encoder
 	align  uint64
 	table  []Tensor
 	sizes  []uint64
 	cur    int    // tensor being written
 	done   uint64 // its bytes written so far
-	err    error
 	closed bool
-	enc    []byte
+	buf    []byte // encoded values, reused across WriteFloat32 calls
 }
 
 // rowLen is the innermost dimension (1 for a scalar).
@@ -118,50 +113,31 @@ func New(w io.Writer, kv gguf.KV, table []Tensor, files []gguf.EmbeddedFile) (*W
 		}
 		align = a
 	}
-	pw := &Writer{w: bufio.NewWriterSize(w, 1<<20), align: align, table: table, sizes: make([]uint64, len(table))}
-	offsets := make([]uint64, len(table))
+	pw := &Writer{enc: gguf.NewEncoder(w, 1<<20), align: align, table: table, sizes: make([]uint64, len(table))}
+	infos := make([]gguf.TensorInfo, len(table))
 	var off uint64
 	for i, t := range table {
 		s, err := Size(t)
 		if err != nil {
 			return nil, err
 		}
-		pw.sizes[i], offsets[i] = s, off
-		off = (off + s + align - 1) / align * align
-	}
-	pw.bytes([]byte(gguf.Magic))
-	pw.u32(3)
-	pw.u64(uint64(len(table)))
-	pw.u64(uint64(len(out)))
-	keys := make([]string, 0, len(out))
-	for k := range out {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := out[k]
-		pw.str(k)
-		pw.u32(uint32(v.Type()))
-		if err := pw.value(v, 0); err != nil {
-			return nil, fmt.Errorf("ggufpack: metadata %q: %w", k, err)
-		}
-	}
-	for i, t := range table {
 		name := t.Name
-		if len(name) >= 64 { // GGML_MAX_NAME
+		if len(name) >= 64 { // GGML_MAX_NAME; the logical name is in the metadata
 			name = fmt.Sprintf("%s%d", gguf.PhysicalPrefix, i)
 		}
-		pw.str(name)
-		pw.u32(uint32(len(t.Shape)))
-		for j := len(t.Shape) - 1; j >= 0; j-- {
-			pw.u64(uint64(t.Shape[j]))
+		dims := make([]uint64, len(t.Shape))
+		for j, d := range t.Shape {
+			dims[len(dims)-1-j] = uint64(d)
 		}
-		pw.u32(uint32(t.Type))
-		pw.u64(offsets[i])
+		infos[i] = gguf.TensorInfo{Name: name, Dims: dims, Type: t.Type, Offset: off, Size: s}
+		pw.sizes[i] = s
+		off = (off + s + align - 1) / align * align
 	}
-	pw.pad()
+	if err := pw.enc.WriteHeader(out, infos, align); err != nil {
+		return nil, fmt.Errorf("ggufpack: %w", err)
+	}
 	pw.skipEmpty()
-	return pw, pw.err
+	return pw, pw.enc.Err()
 }
 
 // Current is the tensor the next Write fills (false when all are written).
@@ -175,26 +151,26 @@ func (w *Writer) Current() (Tensor, bool) {
 // WriteRaw appends already-encoded bytes of the current tensor's type.
 func (w *Writer) WriteRaw(b []byte) error {
 	for len(b) > 0 {
-		if w.err != nil {
-			return w.err
+		if err := w.enc.Err(); err != nil {
+			return err
 		}
 		if w.cur >= len(w.table) {
 			return errors.New("ggufpack: more data than the table holds")
 		}
 		n := min(uint64(len(b)), w.sizes[w.cur]-w.done)
-		w.bytes(b[:n])
+		w.enc.Bytes(b[:n])
 		w.done += n
 		b = b[n:]
 		w.advance()
 	}
-	return w.err
+	return w.enc.Err()
 }
 
 // WriteFloat32 appends values of the current tensor (whole rows for block types), encoded
 // to its stored type.
 func (w *Writer) WriteFloat32(vals []float32) error {
-	if w.err != nil {
-		return w.err
+	if err := w.enc.Err(); err != nil {
+		return err
 	}
 	if w.cur >= len(w.table) {
 		return errors.New("ggufpack: more data than the table holds")
@@ -209,11 +185,11 @@ func (w *Writer) WriteFloat32(vals []float32) error {
 		return fmt.Errorf("ggufpack: tensor %q: %d values more than it holds", t.Name, len(vals))
 	}
 	var err error
-	w.enc, err = Encode(w.enc[:0], vals, t.Type)
+	w.buf, err = encodeParallel(w.buf[:0], vals, t.Type, rowLen(t))
 	if err != nil {
 		return fmt.Errorf("ggufpack: tensor %q: %w", t.Name, err)
 	}
-	return w.WriteRaw(w.enc)
+	return w.WriteRaw(w.buf)
 }
 
 // advance pads after a complete tensor and moves to the next one.
@@ -222,7 +198,7 @@ func (w *Writer) advance() {
 		w.cur++
 		w.done = 0
 		if w.cur < len(w.table) {
-			w.pad()
+			w.enc.Pad(w.align)
 		}
 		w.skipEmpty()
 	}
@@ -233,7 +209,7 @@ func (w *Writer) skipEmpty() {
 	for w.cur < len(w.table) && w.sizes[w.cur] == 0 {
 		w.cur++
 		if w.cur < len(w.table) {
-			w.pad()
+			w.enc.Pad(w.align)
 		}
 	}
 }
@@ -241,140 +217,14 @@ func (w *Writer) skipEmpty() {
 // Close checks that every tensor was written and flushes.
 func (w *Writer) Close() error {
 	if w.closed {
-		return w.err
+		return w.enc.Err()
 	}
 	w.closed = true
-	if w.err != nil {
-		return w.err
+	if err := w.enc.Err(); err != nil {
+		return err
 	}
 	if w.cur < len(w.table) {
 		return fmt.Errorf("ggufpack: tensor %q (%d of %d) has %d of its %d bytes", w.table[w.cur].Name, w.cur+1, len(w.table), w.done, w.sizes[w.cur])
 	}
-	return w.w.Flush()
-}
-
-func (w *Writer) bytes(b []byte) {
-	if w.err != nil {
-		return
-	}
-	n, err := w.w.Write(b)
-	w.n += uint64(n)
-	w.err = err
-}
-
-func (w *Writer) u32(x uint32) {
-	var b [4]byte
-	binary.LittleEndian.PutUint32(b[:], x)
-	w.bytes(b[:])
-}
-
-func (w *Writer) u64(x uint64) {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], x)
-	w.bytes(b[:])
-}
-
-func (w *Writer) str(s string) {
-	w.u64(uint64(len(s)))
-	w.bytes([]byte(s))
-}
-
-func (w *Writer) pad() {
-	var zero [64]byte
-	for w.n%w.align != 0 && w.err == nil {
-		w.bytes(zero[:min(w.align-w.n%w.align, 64)])
-	}
-}
-
-func (w *Writer) scalar(x any) error {
-	var b [8]byte
-	switch v := x.(type) {
-	case uint8:
-		w.bytes([]byte{v})
-	case int8:
-		w.bytes([]byte{byte(v)})
-	case bool:
-		if v {
-			w.bytes([]byte{1})
-		} else {
-			w.bytes([]byte{0})
-		}
-	case uint16:
-		binary.LittleEndian.PutUint16(b[:], v)
-		w.bytes(b[:2])
-	case int16:
-		binary.LittleEndian.PutUint16(b[:], uint16(v))
-		w.bytes(b[:2])
-	case uint32:
-		w.u32(v)
-	case int32:
-		w.u32(uint32(v))
-	case float32:
-		w.u32(math.Float32bits(v))
-	case uint64:
-		w.u64(v)
-	case int64:
-		w.u64(uint64(v))
-	case float64:
-		w.u64(math.Float64bits(v))
-	case string:
-		w.str(v)
-	default:
-		return fmt.Errorf("cannot encode %T", x)
-	}
-	return nil
-}
-
-func (w *Writer) value(v gguf.Value, depth int) error {
-	if depth > 8 {
-		return errors.New("arrays nested too deep")
-	}
-	if v.Type() != gguf.TypeArray {
-		return w.scalar(v.Any())
-	}
-	w.u32(uint32(v.ElemType()))
-	w.u64(uint64(v.Len()))
-	each := func(n int, at func(int) any) error {
-		for i := 0; i < n; i++ {
-			if err := w.scalar(at(i)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	switch a := v.Any().(type) {
-	case []uint8:
-		w.bytes(a)
-		return nil
-	case []int8:
-		return each(len(a), func(i int) any { return a[i] })
-	case []bool:
-		return each(len(a), func(i int) any { return a[i] })
-	case []uint16:
-		return each(len(a), func(i int) any { return a[i] })
-	case []int16:
-		return each(len(a), func(i int) any { return a[i] })
-	case []uint32:
-		return each(len(a), func(i int) any { return a[i] })
-	case []int32:
-		return each(len(a), func(i int) any { return a[i] })
-	case []float32:
-		return each(len(a), func(i int) any { return a[i] })
-	case []uint64:
-		return each(len(a), func(i int) any { return a[i] })
-	case []int64:
-		return each(len(a), func(i int) any { return a[i] })
-	case []float64:
-		return each(len(a), func(i int) any { return a[i] })
-	case []string:
-		return each(len(a), func(i int) any { return a[i] })
-	case []gguf.Value:
-		for _, x := range a {
-			if err := w.value(x, depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return fmt.Errorf("invalid array value %T", v.Any())
+	return w.enc.Flush()
 }
