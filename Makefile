@@ -84,6 +84,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 30s)
 	$(GO) test -run '^$$' -fuzz FuzzCheckOffer -fuzztime $${FUZZTIME:-30s} ./rtc
 	$(GO) test -run '^$$' -fuzz FuzzEncode -fuzztime $${FUZZTIME:-30s} ./models/bpe
 	$(GO) test -run '^$$' -fuzz FuzzDecodeClientMessage -fuzztime $${FUZZTIME:-30s} ./tts
+	$(GO) test -run '^$$' -fuzz FuzzTwilioMessage -fuzztime $${FUZZTIME:-30s} ./telephony
 	$(GO) test -run '^$$' -fuzz FuzzUpload -fuzztime $${FUZZTIME:-30s} ./voice/library
 	$(GO) test -run '^$$' -fuzz FuzzPickle -fuzztime $${FUZZTIME:-30s} -fuzzminimizetime 500x ./engine/ckpt
 	$(GO) test -run '^$$' -fuzz FuzzSafetensors -fuzztime $${FUZZTIME:-30s} ./engine/ckpt

@@ -13,6 +13,7 @@ import (
 	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/server/metrics"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/telephony"
 	"github.com/voxpipe/voxpipe/tts"
 	"github.com/voxpipe/voxpipe/voice/library"
 	"github.com/voxpipe/voxpipe/web"
@@ -23,6 +24,7 @@ import (
 type Config struct {
 	RTC          *rtc.Server
 	TTS          *tts.Server
+	Telephony    *telephony.Server // phone calls (docs/telephony.md); nil: not served
 	Library      *library.Library
 	Voices       *stream.Registry        // the built-in and model voices, for the listing
 	VoiceDetails map[string]VoiceDetails // voices not made just to be listed (a model voice needs a target); others are, once
@@ -51,6 +53,10 @@ func New(c Config) http.Handler {
 	mux.HandleFunc("/v1/audio/speech", c.TTS.Speech)
 	mux.HandleFunc("GET /v1/models", c.TTS.Models)
 	mux.HandleFunc("GET /v1/models/{id}", c.TTS.Models)
+	// Phone calls: it checks keys itself (Twilio brings its key in the start message).
+	if c.Telephony != nil {
+		mux.Handle("GET /v1/telephony/{protocol}", c.Telephony)
+	}
 	// Anything else under /v1/ answers in JSON too, as API clients expect.
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		auth.WriteError(w, http.StatusNotFound, "not_found", "no endpoint "+r.Method+" "+r.URL.Path+" (docs/api.md lists them)")
@@ -82,10 +88,11 @@ func New(c Config) http.Handler {
 	if !c.Keys.Enabled() {
 		h = auth.GuardLocal(h) // loopback only: refuse DNS-rebound hosts and cross-site posts
 	}
-	// With keys, everything but the pages and the health check needs one; WHIP and WHEP
-	// answer browsers' preflights first.
+	// With keys, everything but the pages and the health check needs one (telephony checks
+	// its own); WHIP and WHEP answer browsers' preflights first.
 	h = whipCORS(c.Keys.Middleware(h, func(path string) bool {
-		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics"
+		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics" ||
+			c.Telephony != nil && strings.HasPrefix(path, "/v1/telephony/")
 	}))
 	if c.AccessLog != nil {
 		h = accessLog(h, c.AccessLog)

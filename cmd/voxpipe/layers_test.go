@@ -20,8 +20,9 @@ var layerRules = []struct {
 	{"models", []string{"stream", "voice", "rtc", "tts", "server", "cmd"}},
 	{"stream", []string{"engine", "models", "voice", "rtc", "tts", "server", "cmd"}},
 	{"voice", []string{"rtc", "tts", "server/metrics", "cmd"}},
-	{"rtc", []string{"tts", "voice", "models", "engine", "server/metrics", "cmd"}},
-	{"tts", []string{"rtc", "voice", "models", "engine", "server/metrics", "cmd"}},
+	{"rtc", []string{"tts", "telephony", "voice", "models", "engine", "server/metrics", "cmd"}},
+	{"tts", []string{"rtc", "telephony", "voice", "models", "engine", "server/metrics", "cmd"}},
+	{"telephony", []string{"rtc", "voice", "models", "engine", "server/metrics", "cmd"}}, // tts/audioout's μ-law is shared
 	{"server", []string{"cmd", "models", "engine"}},
 	{"server/auth", []string{"engine", "models", "stream", "voice", "rtc", "tts", "cmd", "server/metrics"}},
 }

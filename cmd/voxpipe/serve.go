@@ -29,6 +29,7 @@ import (
 	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/server/metrics"
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/telephony"
 	"github.com/voxpipe/voxpipe/tts"
 	"github.com/voxpipe/voxpipe/voice"
 	"github.com/voxpipe/voxpipe/voice/library"
@@ -303,7 +304,12 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	if err != nil {
 		return nil, err
 	}
-	cfg := server.Config{RTC: srv, TTS: ttsSrv, Library: lib, Voices: voices, VoiceDetails: details, Synthesizers: synths,
+	// Phone calls (docs/telephony.md): the same voices, scheduler, TTS slots, keys and limits.
+	tel := telephony.NewServer(telephony.Config{Scheduler: sched, Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice,
+		Synthesizers: synths, TTSAdmission: ttsSrv.Admission, Keys: keys, Sessions: sessions, WriteTimeout: o.writeTimeout,
+		Logger: log, OnSession: met.Session})
+	a.closers = append(a.closers, tel.Close) // before the scheduler's (closers run in reverse)
+	cfg := server.Config{RTC: srv, TTS: ttsSrv, Telephony: tel, Library: lib, Voices: voices, VoiceDetails: details, Synthesizers: synths,
 		DefaultVoice: o.voice, Keys: keys, Sessions: sessions, Metrics: met}
 	if o.accessLog {
 		cfg.AccessLog = log.With("log", "access")
