@@ -4,18 +4,14 @@ import (
 	"context"
 	"math"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/internal/golden"
-	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/rtc/rtcclient"
 	"github.com/voxpipe/voxpipe/stream"
-	"github.com/voxpipe/voxpipe/voice"
+	"github.com/voxpipe/voxpipe/voice/voicetest"
 )
 
 func rmsOf(x []float32) float64 {
@@ -26,26 +22,8 @@ func rmsOf(x []float32) float64 {
 	return math.Sqrt(s / float64(max(1, len(x))))
 }
 
-// tinyTTS loads the tiny golden MioTTS with the speech fixture as its default voice "ref".
-func tinyTTS(t *testing.T) *stream.Synthesizers {
-	t.Helper()
-	lm := golden.Path(t, "miotts", "model.gguf")
-	codec := golden.Path(t, "miocodec", "model.gguf")
-	be, err := engine.NewCPU(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
-	tts, err := miotts.Load(lm, codec, be, miotts.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tts.Close)
-	tts.DefaultVoice = "ref"
-	synths := &stream.Synthesizers{}
-	synths.Register(voice.MioTTS(tts, voice.Voices(nil, map[string]string{"ref": filepath.Join("..", "testdata", "speech_en_48k.wav")})))
-	return synths
-}
+// tinyTTS is the tiny golden MioTTS with the speech fixture as its default voice "ref".
+func tinyTTS(t *testing.T) *stream.Synthesizers { return voicetest.TinyTTS(t) }
 
 // TestTTSOverWebRTC: a session in text-to-speech mode plays synthesised speech on its Opus
 // track, silence between texts, and a cancel silences it within a frame or two.

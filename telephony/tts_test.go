@@ -1,51 +1,18 @@
 package telephony_test
 
 import (
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
 
-	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/internal/golden"
-	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/stream"
 	"github.com/voxpipe/voxpipe/telephony"
-	"github.com/voxpipe/voxpipe/voice"
+	"github.com/voxpipe/voxpipe/voice/voicetest"
 )
 
-var (
-	loadOnce sync.Once
-	shared   *miotts.TTS
-	loadErr  error
-)
-
-// synths loads the tiny golden MioTTS and MioCodec once (as tts's tests do), with the speech
-// fixture as the voice "ref".
-func synths(t *testing.T) *stream.Synthesizers {
-	t.Helper()
-	lm := golden.Path(t, "miotts", "model.gguf")
-	codec := golden.Path(t, "miocodec", "model.gguf")
-	loadOnce.Do(func() {
-		be, err := engine.NewCPU(2)
-		if err != nil {
-			loadErr = err
-			return
-		}
-		shared, loadErr = miotts.Load(lm, codec, be, miotts.Options{})
-		if loadErr == nil {
-			shared.DefaultVoice = "ref"
-		}
-	})
-	if loadErr != nil {
-		t.Fatal(loadErr)
-	}
-	s := &stream.Synthesizers{}
-	s.Register(voice.MioTTS(shared, voice.Voices(nil, map[string]string{"ref": filepath.Join("..", "testdata", "speech_en_48k.wav")})))
-	return s
-}
+// synths is the tiny golden MioTTS with the speech fixture as the voice "ref".
+func synths(t *testing.T) *stream.Synthesizers { return voicetest.TinyTTS(t) }
 
 // utteranceOf collects the media up to the next mark (or clear, or error) and returns them
 // with that message.
