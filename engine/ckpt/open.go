@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -43,4 +44,26 @@ func Open(path string) (*Checkpoint, error) {
 		return OpenSafetensors(path)
 	}
 	return nil, fmt.Errorf("ckpt: %s: not a checkpoint this reader knows (safetensors, safetensors index, torch zip, TorchScript, legacy torch.save)", path)
+}
+
+// openFile opens path and reads it as a checkpoint with read; the checkpoint keeps the file
+// open (tensors are read from it later) until it is closed.
+func openFile(path string, read func(r io.ReaderAt, size int64, label string) (*Checkpoint, error)) (*Checkpoint, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	c, err := read(f, st.Size(), filepath.Base(path))
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ckpt: %s: %w", path, err)
+	}
+	c.Path = path
+	c.closers = append(c.closers, f)
+	return c, nil
 }

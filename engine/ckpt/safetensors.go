@@ -25,25 +25,7 @@ var safetensorsDTypes = map[string]DType{
 }
 
 // OpenSafetensors opens a .safetensors file.
-func OpenSafetensors(path string) (*Checkpoint, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	c, err := readSafetensors(f, st.Size(), filepath.Base(path))
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("ckpt: %s: %w", path, err)
-	}
-	c.Path = path
-	c.closers = append(c.closers, f)
-	return c, nil
-}
+func OpenSafetensors(path string) (*Checkpoint, error) { return openFile(path, readSafetensors) }
 
 // ParseSafetensors reads a safetensors file held in memory (tests, fuzzing).
 func ParseSafetensors(data []byte) (*Checkpoint, error) {

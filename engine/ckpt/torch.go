@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -377,51 +375,27 @@ func flatten(root any, prefix string) ([]*Tensor, error) {
 
 // OpenTorch opens a PyTorch checkpoint: a torch.save zip, a TorchScript archive, or a
 // legacy (pre-1.6) torch.save file.
-func OpenTorch(path string) (*Checkpoint, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	var magic [4]byte
-	if _, err := f.ReadAt(magic[:], 0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("ckpt: %s: %w", path, err)
-	}
-	label := filepath.Base(path)
-	var c *Checkpoint
-	if bytes.Equal(magic[:], []byte("PK\x03\x04")) {
-		c, err = readTorchZip(f, st.Size(), label)
-	} else {
-		c, err = readTorchLegacy(f, st.Size(), label)
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("ckpt: %s: %w", path, err)
-	}
-	c.Path = path
-	c.closers = append(c.closers, f)
-	return c, nil
-}
+func OpenTorch(path string) (*Checkpoint, error) { return openFile(path, readTorch) }
 
 // ParseTorch reads a torch checkpoint held in memory (tests, fuzzing).
 func ParseTorch(data []byte) (*Checkpoint, error) {
-	r := bytes.NewReader(data)
-	var c *Checkpoint
-	var err error
-	if bytes.HasPrefix(data, []byte("PK\x03\x04")) {
-		c, err = readTorchZip(r, int64(len(data)), "torch")
-	} else {
-		c, err = readTorchLegacy(r, int64(len(data)), "torch")
-	}
+	c, err := readTorch(bytes.NewReader(data), int64(len(data)), "torch")
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: %w", err)
 	}
 	return c, nil
+}
+
+// readTorch reads a zip archive (torch.save, TorchScript) or a legacy torch.save file.
+func readTorch(r io.ReaderAt, size int64, label string) (*Checkpoint, error) {
+	var magic [4]byte
+	if _, err := r.ReadAt(magic[:], 0); err != nil {
+		return nil, err
+	}
+	if bytes.Equal(magic[:], []byte("PK\x03\x04")) {
+		return readTorchZip(r, size, label)
+	}
+	return readTorchLegacy(r, size, label)
 }
 
 // maxPickle is the largest data.pkl/constants.pkl read (they hold records, not data).
