@@ -269,7 +269,7 @@ func (c *call) begin(s *Start) bool {
 			c.fail(CodeUnauthorized, "missing API key: pass it as the token custom parameter (<Parameter name=\"token\" value=\"KEY\"/>)")
 			return false
 		}
-		p, ok := principal(c.srv.cfg.Keys, c.cfg.token)
+		p, ok := c.srv.cfg.Keys.Lookup(c.cfg.token)
 		if !ok {
 			c.fail(CodeUnauthorized, "invalid API key")
 			return false

@@ -16,8 +16,6 @@ const frameTime = 20 * time.Millisecond
 // clockFrame is the clock's scratch, allocated once per call.
 type clockFrame struct {
 	in, out []float32
-	enc     []byte // encoded audio
-	msg     []byte // the message around it
 }
 
 // clock sends the call's audio in real time: every 20 ms one frame (vc: the voice's output

@@ -157,7 +157,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Keys.Enabled() {
 		owner, known = "", false
 		if key := auth.KeyOf(r); key != "" {
-			p, ok := principal(s.cfg.Keys, key)
+			p, ok := s.cfg.Keys.Lookup(key)
 			if !ok {
 				auth.WriteError(w, http.StatusUnauthorized, CodeUnauthorized, "invalid API key")
 				return
@@ -203,24 +203,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	c.run()
 }
-
-// principal is the principal of an API key, ok false when the key is not one of keys.
-// (auth.Keys keeps its lookup to itself; its middleware is the one way in.)
-func principal(keys *auth.Keys, key string) (p string, ok bool) {
-	r, _ := http.NewRequest(http.MethodGet, "/", nil)
-	r.Header.Set("Authorization", "Bearer "+key)
-	keys.Middleware(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		p, ok = auth.PrincipalOf(r.Context()), true
-	}), nil).ServeHTTP(discard{}, r)
-	return p, ok
-}
-
-// discard is a ResponseWriter that drops the middleware's refusal.
-type discard struct{}
-
-func (discard) Header() http.Header         { return http.Header{} }
-func (discard) Write(b []byte) (int, error) { return len(b), nil }
-func (discard) WriteHeader(int)             {}
 
 // newID is a call id for the logs.
 func newID() string {

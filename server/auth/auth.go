@@ -102,6 +102,13 @@ func (k *Keys) principal(key string) string {
 	return "k_" + hex.EncodeToString(sum[:8])
 }
 
+// Lookup is key's principal, ok false when key is not one of k's: for protocols whose key
+// arrives after the request (a telephony stream's start message).
+func (k *Keys) Lookup(key string) (principal string, ok bool) {
+	p := k.principal(key)
+	return p, p != ""
+}
+
 // KeyOf extracts the key a request presents, or "".
 func KeyOf(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
