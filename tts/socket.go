@@ -292,6 +292,7 @@ func (k *socket) forget(c *ttsContext) {
 
 // work speaks the context's pieces in order, then flushes the encoder and reports done.
 func (k *socket) work(c *ttsContext) {
+	defer c.enc.Close() // only the worker uses the encoder
 	defer c.cancel()
 	defer k.forget(c)
 	sendAudio := func(b []byte) error {

@@ -126,6 +126,7 @@ func (s *Server) Speech(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, CodeBadFormat, err.Error())
 		return
 	}
+	defer enc.Close()
 	s.wg.Add(1)
 	defer s.wg.Done()
 	s.active.Add(1)

@@ -140,6 +140,15 @@ func NewEncoder(f Format, srcRate int) (*Encoder, error) {
 // Format is the encoder's output format.
 func (e *Encoder) Format() Format { return e.f }
 
+// Close frees the codec's C memory now (an MP3 encoder holds hundreds of KB of it that the
+// garbage collector cannot see); a stream cancelled before its Flush would otherwise keep it
+// until a finalizer runs. The encoder is not used after Close.
+func (e *Encoder) Close() {
+	if e.mp3 != nil {
+		e.mp3.close()
+	}
+}
+
 // Encode appends the encoding of src (at the source rate) to dst. Resampling and Opus
 // framing hold a little audio back until Flush.
 func (e *Encoder) Encode(dst []byte, src []float32) ([]byte, error) {
@@ -167,6 +176,7 @@ func EncodeClip(f Format, srcRate int, x []float32) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer e.Close()
 	out, err := e.Encode(nil, x)
 	if err != nil {
 		return nil, err

@@ -46,6 +46,9 @@ func newMP3Encoder(rate, kbps int) (*mp3Encoder, error) {
 
 // encode appends the MP3 frames x completes (flush: and the rest, padded) to dst.
 func (e *mp3Encoder) encode(dst []byte, x []float32, flush bool) ([]byte, error) {
+	if e.gf == nil {
+		return dst, fmt.Errorf("mp3 encode: the encoder is closed")
+	}
 	// lame's worst case: 1.25·samples + 7200 bytes.
 	need := len(x)*5/4 + 7200
 	if cap(e.out) < need {
