@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -191,21 +192,21 @@ func convertSamples(x []float32, rate int, name string, proc stream.Processor, p
 func progressBar(w io.Writer, rate int) func(done, total int) {
 	start := time.Now()
 	return func(done, total int) {
-		const width = 30
 		frac := float64(done) / float64(max(total, 1))
-		bar := make([]byte, width)
-		for i := range bar {
-			bar[i] = ' '
-			if float64(i) < frac*width {
-				bar[i] = '#'
-			}
-		}
+		bar := progressCells(frac)
 		speed := float64(done) / float64(rate) / max(time.Since(start).Seconds(), 1e-9)
 		fmt.Fprintf(w, "\r[%s] %3.0f%%  %.1f/%.1f s  %.0f× realtime", bar, frac*100, float64(done)/float64(rate), float64(total)/float64(rate), speed)
 		if done >= total {
 			fmt.Fprintln(w)
 		}
 	}
+}
+
+// progressCells is a 30-cell bar filled to frac (0…1): the [####    ] of every progress line.
+func progressCells(frac float64) string {
+	const width = 30
+	n := min(max(int(math.Ceil(frac*width)), 0), width)
+	return strings.Repeat("#", n) + strings.Repeat(" ", width-n)
 }
 
 func isTerminal(w io.Writer) bool {

@@ -17,6 +17,7 @@ import (
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/ggufpack"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/internal/atomicfile"
 	"github.com/voxpipe/voxpipe/models/conformer"
 	"github.com/voxpipe/voxpipe/models/ecapa"
 	"github.com/voxpipe/voxpipe/models/meanvc2"
@@ -282,16 +283,18 @@ func (p *importPlan) finish(f importFlags, dt gguf.DType) error {
 	return nil
 }
 
-// writeImport streams the plan to path (through a temporary file renamed at the end).
+// writeImport streams the plan to path, whole or not at all (a temporary file, synced and
+// renamed at the end).
 func writeImport(path string, p *importPlan, progress io.Writer, bar bool) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	return atomicfile.WriteFunc(path, 0o644, "."+filepath.Base(path)+".*", func(out io.Writer) error {
+		return writePlan(out, path, p, progress, bar)
+	})
+}
+
+// writePlan streams the plan's tensors into out, with progress by namespace (or a bar).
+func writePlan(out io.Writer, path string, p *importPlan, progress io.Writer, bar bool) error {
+	w, err := ggufpack.New(out, p.kv, p.table, p.files)
 	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	w, err := ggufpack.New(tmp, p.kv, p.table, p.files)
-	if err != nil {
-		tmp.Close()
 		return err
 	}
 	var total, done int64
@@ -316,7 +319,6 @@ func writeImport(path string, p *importPlan, progress io.Writer, bar bool) error
 			group, groupStart, groupN, groupBytes = g, time.Now(), 0, 0
 		}
 		if err := copyTensor(w, t, p.src[i]); err != nil {
-			tmp.Close()
 			return fmt.Errorf("%s (from %s): %w", t.Name, p.src[i].file, err)
 		}
 		groupN++
@@ -324,22 +326,14 @@ func writeImport(path string, p *importPlan, progress io.Writer, bar bool) error
 		done += p.src[i].t.Bytes()
 		if bar && (i%8 == 0 || i == len(p.table)-1) {
 			pct := float64(done) / float64(max(total, 1))
-			n := int(pct * 30)
-			fmt.Fprintf(progress, "\r  [%s%s] %3.0f%%  %-40.40s", strings.Repeat("#", n), strings.Repeat(" ", 30-n), 100*pct, t.Name)
+			fmt.Fprintf(progress, "\r  [%s] %3.0f%%  %-40.40s", progressCells(pct), 100*pct, t.Name)
 		}
 	}
 	flushGroup()
 	if bar {
 		fmt.Fprintln(progress)
 	}
-	if err := w.Close(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return w.Close()
 }
 
 // copyTensor streams one tensor into the writer: raw bytes when the stored type is the

@@ -196,14 +196,8 @@ func (p *pullProgress) update(pr hub.Progress) {
 		fmt.Fprintf(p.w, "\r%.1f MB  %.1f MB/s   ", float64(pr.Done)/1e6, speed/1e6)
 		return
 	}
-	const width = 30
 	frac := float64(pr.Done) / float64(pr.Total)
-	bar := []byte(strings.Repeat(" ", width))
-	for i := range bar {
-		if float64(i) < frac*width {
-			bar[i] = '#'
-		}
-	}
+	bar := progressCells(frac)
 	eta := "--:--"
 	if speed > 0 {
 		s := int(float64(pr.Total-pr.Done) / speed)

@@ -4,6 +4,7 @@
 package atomicfile
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -12,12 +13,20 @@ import (
 // (os.CreateTemp's, e.g. ".tmp-*"), so a caller can recognise and clean up leftovers of a
 // crash; it is removed if anything fails.
 func Write(path string, data []byte, perm os.FileMode, pattern string) error {
+	return WriteFunc(path, perm, pattern, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFunc is Write for content streamed by write (a file too large to hold in memory).
+func WriteFunc(path string, perm os.FileMode, pattern string, write func(io.Writer) error) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), pattern)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename there is nothing left to remove
-	_, err = tmp.Write(data)
+	err = write(tmp)
 	if err == nil {
 		err = tmp.Chmod(perm)
 	}
