@@ -61,9 +61,6 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if err := resolveModelFlags(fs, "model"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
-	}
 	if (*model == "") != (*ref == "") || *model != "" && *server != "" {
 		return errors.New("--model and --ref go together, for the server the bench starts (not with --server)")
 	}

@@ -108,9 +108,6 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if err := resolveModelFlags(fs, "model"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
-	}
 	switch {
 	case *model == "":
 		fs.Usage()

@@ -54,9 +54,6 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if err := resolveModelFlags(fs, "model", "codec"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
-	}
 	if *model == "" || *codec == "" {
 		fs.Usage()
 		return errors.New("--model and --codec are required (voxpipe mkmodel makes random ones at real size)")

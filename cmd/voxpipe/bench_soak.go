@@ -104,9 +104,6 @@ func runBenchSoak(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if err := resolveModelFlags(fs, "model", "codec"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
-	}
 	if *minutes <= 0 || o.sessions < 0 || o.streams < 0 || o.sessions+o.streams == 0 {
 		return errors.New("--minutes must be > 0, and --sessions or --streams ≥ 1")
 	}

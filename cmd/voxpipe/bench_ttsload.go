@@ -50,9 +50,6 @@ func runBenchTTSLoad(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if err := resolveModelFlags(fs, "model", "codec"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
-	}
 	res := ttsLoadResult{Sessions: *sessions, Seconds: *seconds}
 	base, pid := *server, 0
 	if base == "" {

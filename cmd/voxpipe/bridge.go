@@ -139,9 +139,6 @@ func runBridge(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if err := resolveModelFlags(fs, "model"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
-	}
 	if *verbose {
 		o.verbose = stderr
 	}

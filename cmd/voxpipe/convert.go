@@ -30,9 +30,6 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := resolveModelFlags(fs, "model"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
-	}
 	if len(pos) != 2 {
 		fs.Usage()
 		return errors.New("need IN (an audio file: " + audiofile.Accepted + ") and OUT.wav")

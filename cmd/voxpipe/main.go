@@ -83,7 +83,11 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parseInterleaved parses flags that may come before or after positional arguments.
+// modelFlags are the flags that take a model file, and so also a pulled model's name.
+var modelFlags = []string{"model", "vc-model", "tts-model", "codec"}
+
+// parseInterleaved parses flags that may come before or after positional arguments, and
+// turns a pulled model's name in a model flag into its file (voxpipe pull).
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
@@ -92,7 +96,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		args = fs.Args()
 		if len(args) == 0 {
-			return pos, nil
+			return pos, resolveModelFlags(fs, modelFlags...)
 		}
 		pos = append(pos, args[0])
 		args = args[1:]

@@ -109,9 +109,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if err := applyConfigFile(fs, *config); err != nil {
 			return err
 		}
-	}
-	if err := resolveModelFlags(fs, "vc-model", "tts-model", "codec"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
+		if err := resolveModelFlags(fs, modelFlags...); err != nil { // the file may name pulled models too
+			return err
+		}
 	}
 	for _, list := range []string{*apiKeys, os.Getenv("VOXPIPE_API_KEYS")} {
 		if list != "" {

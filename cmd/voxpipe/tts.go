@@ -40,9 +40,6 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := resolveModelFlags(fs, "model", "codec"); err != nil { // a pulled model's name (voxpipe pull)
-		return err
-	}
 	text := strings.Join(pos, " ")
 	if *textFile != "" {
 		var b []byte
