@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -13,11 +12,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/pion/webrtc/v4"
-	"github.com/pion/webrtc/v4/pkg/media"
 	"golang.org/x/time/rate"
-	"gopkg.in/hraban/opus.v2"
 
-	"github.com/voxpipe/voxpipe/buffers"
 	"github.com/voxpipe/voxpipe/stream"
 )
 
@@ -42,16 +38,15 @@ type peer struct {
 	voiceName   string
 	voice       stream.Processor // the selected voice, kept while passthrough stands in for it
 	passthrough bool
-	ref         string                     // the session's reference clip (voices that take one)
-	owned       []stream.Processor         // processors made for this session and not yet closed
-	tts         atomic.Pointer[ttsSession] // text-to-speech mode: the media loop plays its audio
+	ref         string                  // the session's reference clip (voices that take one)
+	owned       []stream.Processor      // processors made for this session and not yet closed
+	tts         atomic.Pointer[Speaker] // text-to-speech mode: the media loop plays its audio
 
 	events     atomic.Pointer[webrtc.DataChannel] // a data channel the client opened, for events
 	answerSDP  string                             // the answer sent (WHIP returns it over HTTP)
 	negotiated chan struct{}                      // closed once the outgoing track exists (WHEP waits for it)
 
-	jbMu sync.Mutex
-	jb   *buffers.JitterBuffer
+	pipe *Pipe // the media path: jitter buffer, 20 ms clock, codecs
 
 	pc     *webrtc.PeerConnection
 	track  *webrtc.TrackLocalStaticSample
@@ -60,12 +55,35 @@ type peer struct {
 	closed bool           // shutdown has begun: start no more goroutines
 	wg     sync.WaitGroup // goroutines this peer started
 	media  sync.Once
-
-	fecTotal, plcTotal int // recovery counters, touched only by the media loop
 }
 
 func newPeer(s *Server, id string, conn *websocket.Conn, log *slog.Logger) *peer {
-	return &peer{srv: s, id: id, conn: conn, log: log, jb: buffers.NewJitterBuffer(s.cfg.Jitter), negotiated: make(chan struct{})}
+	p := &peer{srv: s, id: id, conn: conn, log: log, negotiated: make(chan struct{})}
+	p.pipe = NewPipe(PipeConfig{ID: id, Jitter: s.cfg.Jitter, Encoder: s.cfg.Encoder, Log: log,
+		OnStats: p.onStats, Source: p.ttsAudio})
+	return p
+}
+
+// onStats completes the pipe's once-a-second report with the voice and sends it.
+func (p *peer) onStats(st StatsMessage, report SessionReport) {
+	p.mu.Lock()
+	st.Voice, st.Passthrough = p.voiceName, p.passthrough
+	p.mu.Unlock()
+	if p.srv.cfg.OnStats != nil {
+		p.srv.cfg.OnStats(report)
+	}
+	p.send(st)
+}
+
+// ttsAudio plays text-to-speech audio in place of the session's output once the peer is in
+// tts mode.
+func (p *peer) ttsAudio(out []float32) bool {
+	t := p.tts.Load()
+	if t == nil {
+		return false
+	}
+	t.Pull(out)
+	return true
 }
 
 // start makes the session with the server's default voice.
@@ -188,12 +206,12 @@ func (p *peer) handle(ctx context.Context, m Message) bool {
 			p.sendError(CodeBadMessage, `speak needs a text-to-speech session: send {"type":"session","mode":"tts"} first`, false)
 			return false
 		}
-		if code, err := t.speak(ctx, m); err != nil {
+		if code, err := t.Speak(ctx, m); err != nil {
 			p.sendError(code, err.Error(), false)
 		}
 	case "cancel":
 		if t := p.tts.Load(); t != nil {
-			t.cancelAll()
+			t.CancelAll()
 		}
 	case "ping":
 		p.send(Message{Type: "pong"})
@@ -372,7 +390,7 @@ func (p *peer) answer(ctx context.Context, offer string) error {
 		if tr.Kind() != webrtc.RTPCodecTypeAudio {
 			return
 		}
-		p.media.Do(func() { p.spawn(func() { p.readRTP(tr) }) })
+		p.media.Do(func() { p.spawn(func() { p.pipe.Feed(tr) }) })
 	})
 	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
 		return fmt.Errorf("set offer: %w", err)
@@ -394,7 +412,12 @@ func (p *peer) answer(ctx context.Context, offer string) error {
 			}
 		}
 	})
-	p.spawn(func() { p.mediaLoop(ctx) })
+	p.spawn(func() {
+		if err := p.pipe.Run(ctx, p.sess, p.track); err != nil {
+			p.sendError(CodeInternal, err.Error(), true)
+			p.cancel()
+		}
+	})
 	ans, err := pc.CreateAnswer(nil)
 	if err != nil {
 		return fmt.Errorf("create answer: %w", err)
@@ -415,26 +438,6 @@ func (p *peer) answer(ctx context.Context, offer string) error {
 	p.answerSDP = pc.LocalDescription().SDP
 	p.send(Message{Type: "answer", SDP: p.answerSDP})
 	return nil
-}
-
-// readRTP moves packets from the remote track into the jitter buffer.
-func (p *peer) readRTP(tr *webrtc.TrackRemote) {
-	for {
-		pkt, _, err := tr.ReadRTP()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				p.log.Debug("rtp read ended", "err", err)
-			}
-			return
-		}
-		if len(pkt.Payload) == 0 {
-			continue
-		}
-		now := time.Now()
-		p.jbMu.Lock()
-		p.jb.Push(pkt.SequenceNumber, pkt.Timestamp, opusRate, pkt.Payload, now)
-		p.jbMu.Unlock()
-	}
 }
 
 func (p *peer) sendReady() {
@@ -522,258 +525,4 @@ func (p *peer) shutdown() {
 	if p.conn != nil {
 		p.conn.Close()
 	}
-}
-
-// drainFrames is how long an underflow keeps feeding the processor (PLC, then silence): longer
-// than any voice's latency, so its tail is heard when the sender pauses.
-const drainFrames = 500 / frameMs
-
-// mediaFrame is the scratch of the media loop, allocated once per session.
-type mediaFrame struct {
-	dec     *opus.Decoder
-	enc     *opus.Encoder
-	in      []float32
-	merge   []float32
-	out     []float32
-	packet  []byte
-	decoded bool          // the decoder has seen a packet
-	plcRun  int           // consecutive concealed frames
-	minWait time.Duration // shortest jitter-buffer wait over waitN packets
-	waitN   int
-}
-
-// mediaLoop runs the 20 ms clock: jitter buffer → decode → session → encode → send.
-func (p *peer) mediaLoop(ctx context.Context) {
-	dec, err := opus.NewDecoder(opusRate, 1)
-	if err == nil {
-		var enc *opus.Encoder
-		if enc, err = newEncoder(p.srv.cfg.Encoder); err == nil {
-			p.runClock(ctx, &mediaFrame{dec: dec, enc: enc,
-				in: make([]float32, opusRate*maxFrameMs/1000), merge: make([]float32, opusRate*maxFrameMs/1000),
-				out: make([]float32, frameSize), packet: make([]byte, maxPacket), minWait: time.Hour})
-			return
-		}
-	}
-	p.sendError(CodeInternal, err.Error(), true)
-	p.cancel()
-}
-
-func (p *peer) runClock(ctx context.Context, f *mediaFrame) {
-	const frame = frameMs * time.Millisecond
-	timer := time.NewTimer(frame)
-	defer timer.Stop()
-	next := time.Now().Add(frame)
-	var acc statsAccumulator
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		now := time.Now()
-		if now.Sub(next) > 10*frame { // the process stalled: don't burst, resume the clock
-			next = now
-		}
-		for !next.After(now) {
-			p.frame(f, &acc, time.Now())
-			next = next.Add(frame)
-		}
-		next = next.Add(-p.phaseStep(f))
-		if acc.frames >= 1000/frameMs {
-			st, report := p.stats(&acc)
-			if p.srv.cfg.OnStats != nil {
-				p.srv.cfg.OnStats(report)
-			}
-			p.send(st)
-			acc = statsAccumulator{}
-		}
-		timer.Reset(time.Until(next))
-	}
-}
-
-// phaseStep moves the playout clock towards the packets' arrival: once a second, if every
-// packet waited longer than the measured jitter plus a margin, tick up to 4 ms earlier next
-// time. The clock only moves earlier; an underflow (packets later than the clock) is the
-// jitter buffer's to absorb.
-func (p *peer) phaseStep(f *mediaFrame) time.Duration {
-	if f.waitN < 1000/frameMs {
-		return 0
-	}
-	p.jbMu.Lock()
-	jitter := time.Duration(p.jb.JitterMs() * float64(time.Millisecond))
-	p.jbMu.Unlock()
-	slack := f.minWait - jitter - 2*time.Millisecond
-	f.minWait, f.waitN = time.Hour, 0
-	return min(max(slack, 0), 4*time.Millisecond)
-}
-
-// statsAccumulator sums per-frame timings between two stats messages.
-type statsAccumulator struct {
-	frames                  int
-	jitter, decode, encode  time.Duration
-	latency                 time.Duration
-	latencyN                int
-	resample0, process0     time.Duration
-	haveBase                bool
-	fecRecovered, plcFrames int
-}
-
-func (p *peer) frame(f *mediaFrame, acc *statsAccumulator, now time.Time) {
-	t0 := time.Now()
-	n, arrival := p.popDecode(f, acc, now)
-	acc.decode += time.Since(t0)
-
-	p.process(f, acc, n, arrival, now)
-
-	t1 := time.Now()
-	size, err := f.enc.EncodeFloat32(f.out, f.packet)
-	acc.encode += time.Since(t1)
-	acc.frames++
-	if err != nil {
-		p.log.Warn("opus encode failed", "err", err)
-		return
-	}
-	if err := p.track.WriteSample(media.Sample{Data: f.packet[:size], Duration: frameMs * time.Millisecond}); err != nil && !errors.Is(err, io.ErrClosedPipe) {
-		p.log.Debug("write sample", "err", err)
-	}
-}
-
-// popDecode takes the frame due now from the jitter buffer and decodes (or conceals) it into
-// f.in, returning the sample count and when its audio arrived. The lock is released by
-// defer, so a panic here cannot leave the RTP reader blocked on it.
-func (p *peer) popDecode(f *mediaFrame, acc *statsAccumulator, now time.Time) (n int, arrival time.Time) {
-	p.jbMu.Lock()
-	defer p.jbMu.Unlock()
-	fr := p.jb.Pop(now)
-	// Payloads point into the jitter buffer: decode them before it is touched again.
-	n, arrival = 0, now
-	switch fr.Kind {
-	case buffers.Packet:
-		n = p.decode(f, fr.Payload, f.in)
-		arrival = now.Add(-fr.Wait)
-		acc.jitter += fr.Wait
-		f.minWait = min(f.minWait, fr.Wait)
-		f.waitN++
-		if fr.Merge != nil && n > 0 {
-			// The buffer shed a frame: play both in one frame time, crossfaded.
-			if m := p.decode(f, fr.Merge, f.merge); m == n {
-				for i := 0; i < n; i++ {
-					w := float32(i) / float32(n)
-					f.in[i] = f.in[i]*(1-w) + f.merge[i]*w
-				}
-			}
-		}
-	case buffers.Lost:
-		if f.decoded {
-			n = frameSize
-			if fr.Next != nil && f.dec.DecodeFECFloat32(fr.Next, f.in[:n]) == nil {
-				acc.fecRecovered++
-			} else if f.dec.DecodePLCFloat32(f.in[:n]) == nil {
-				acc.plcFrames++
-			} else {
-				clear(f.in[:n])
-			}
-		}
-	case buffers.Empty:
-		if f.decoded && f.plcRun < drainFrames {
-			// Underflow: conceal briefly, then feed silence until the voice's held-back tail
-			// has played out; after that an idle sender costs no processing.
-			n = frameSize
-			if f.plcRun < 3 && f.dec.DecodePLCFloat32(f.in[:n]) == nil {
-				acc.plcFrames++
-			} else {
-				clear(f.in[:n])
-			}
-			f.plcRun++
-		}
-	}
-	if fr.Kind == buffers.Packet {
-		f.plcRun = 0
-	}
-	return n, arrival
-}
-
-// settleBudget bounds the clock's wait for a step it started: voices whose chunks typically
-// finish within it (small models) are played in the same tick; slower ones are not waited
-// for at all. A send moves by at most this much, which a jitter buffer absorbs.
-const settleBudget = 15 * time.Millisecond
-
-// process hands one frame to the session and takes the output that is ready (or takes
-// text-to-speech audio). Neither waits for a model: the scheduler's workers process.
-func (p *peer) process(f *mediaFrame, acc *statsAccumulator, n int, arrival, now time.Time) {
-	if !acc.haveBase {
-		st := p.sess.Stats()
-		acc.resample0, acc.process0, acc.haveBase = st.Resample, st.Process, true
-	}
-	if t := p.tts.Load(); t != nil {
-		t.pull(f.out) // text to speech: the input is not used
-		return
-	}
-	if n > 0 && p.sess.Push(f.in[:n], arrival) {
-		p.sess.Settle(settleBudget)
-	}
-	p.sess.NoteQueueAge(now)
-	if got := p.sess.Pull(f.out, now); got > 0 {
-		acc.latency += p.sess.Stats().Latency
-		acc.latencyN++
-	}
-}
-
-// decode decodes one packet into dst and returns the sample count (0 on a corrupt packet).
-func (p *peer) decode(f *mediaFrame, payload []byte, dst []float32) int {
-	n, err := f.dec.DecodeFloat32(payload, dst)
-	if err != nil {
-		p.log.Debug("opus decode failed", "err", err)
-		return 0
-	}
-	f.decoded = true
-	return n
-}
-
-func ms(d time.Duration, n int) float64 {
-	if n == 0 {
-		return 0
-	}
-	return float64(d.Microseconds()) / 1000 / float64(n)
-}
-
-// stats builds the once-a-second report.
-func (p *peer) stats(acc *statsAccumulator) (StatsMessage, SessionReport) {
-	p.jbMu.Lock()
-	js := p.jb.Stats()
-	p.jbMu.Unlock()
-	st := p.sess.Stats()
-	alg := p.sess.AlgorithmicLatency()
-	p.mu.Lock()
-	voice, pass := p.voiceName, p.passthrough
-	p.mu.Unlock()
-	report := SessionReport{ID: p.id, Stream: st, Shed: js.Shed, JitterTarget: js.Target, Algorithmic: alg}
-	p.fecTotal += acc.fecRecovered
-	p.plcTotal += acc.plcFrames
-	load := 0.0
-	if audio := time.Duration(acc.frames) * frameMs * time.Millisecond; audio > 0 {
-		load = float64(st.Process-acc.process0) / float64(audio)
-	}
-	lat := ms(acc.latency, acc.latencyN)
-	if lat > 0 {
-		lat += ms(acc.encode, acc.frames)
-	}
-	return StatsMessage{
-		Type: "stats", SessionID: p.id, Voice: voice, Passthrough: pass,
-		Timings: StageTimings{
-			Jitter: ms(acc.jitter, acc.frames), Decode: ms(acc.decode, acc.frames),
-			Resample: ms(st.Resample-acc.resample0, acc.frames), Process: ms(st.Process-acc.process0, acc.frames),
-			Encode: ms(acc.encode, acc.frames),
-		},
-		Queue: QueueStats{DepthMs: ms(st.QueueDepth, 1), AgeMs: ms(st.QueueAge, 1),
-			OutputBufferMs: ms(st.OutputBuffer, 1), TrimmedMs: ms(st.Trimmed, 1), Underflows: st.Underflows},
-		Chunks:        st.Chunks,
-		LateChunks:    st.LateChunks,
-		DroppedChunks: st.DroppedChunks + js.Shed,
-		DroppedMs:     ms(st.Dropped, 1) + float64(js.Shed*frameMs),
-		Packets: PacketStats{Received: js.Received, Lost: js.Lost, Late: js.Late, FECRecovered: p.fecTotal,
-			PLCFrames: p.plcTotal, Underflows: js.Underflows, Shed: js.Shed},
-		Latency: LatencyStats{Server: lat, Algorithmic: ms(alg, 1), Jitter: ms(js.Target, 1)},
-		Load:    load,
-	}, report
 }

@@ -10,9 +10,7 @@ func (p *peer) summary(started time.Time) []any {
 		return args // it never started
 	}
 	st := p.sess.Stats()
-	p.jbMu.Lock()
-	js := p.jb.Stats()
-	p.jbMu.Unlock()
+	js, fec, plc := p.pipe.Recovery()
 	p.mu.Lock()
 	voice := p.voiceName
 	p.mu.Unlock()
@@ -22,5 +20,5 @@ func (p *peer) summary(started time.Time) []any {
 	return append(args, "voice", voice, "audio", st.Produced.Round(time.Millisecond), "chunks", st.Chunks,
 		"late_chunks", st.LateChunks, "dropped", st.Dropped.Round(time.Millisecond), "underflows", st.Underflows,
 		"latency", st.Latency.Round(time.Millisecond), "packets", js.Received, "lost", js.Lost,
-		"fec", p.fecTotal, "plc", p.plcTotal, "shed", js.Shed)
+		"fec", fec, "plc", plc, "shed", js.Shed)
 }

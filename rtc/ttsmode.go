@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -16,24 +17,53 @@ import (
 	"github.com/voxpipe/voxpipe/stream"
 )
 
-// ttsSession is a peer in text-to-speech mode: speak messages queue texts, a worker
-// synthesises them one after another into a FIFO at the Opus rate, and the media loop plays
-// that FIFO (silence when it is empty, so utterances are separated by silence). Cancel
-// stops the synthesis and empties the FIFO: the audio stops within one 20 ms frame.
+// Speaker is text to speech into an Opus track (a peer in tts mode, a LiveKit room's TTS
+// agent): Speak queues texts, Run synthesises them one after another into a FIFO at the
+// Opus rate, and the media clock plays that FIFO (Pull: silence when it is empty, so
+// utterances are separated by silence). CancelAll stops the synthesis and empties the FIFO:
+// the audio stops within one 20 ms frame.
 //
-// The worker starts only once the media is negotiated and never runs more than ttsAhead of
-// playout: a client that never answers, or speaks a long text, costs a bounded FIFO, not
-// memory that grows with the text.
-type ttsSession struct {
-	p     *peer
-	syn   stream.Synthesizer
-	voice string
+// Synthesis starts only once Ready is closed (the media is negotiated) and never runs more
+// than ttsAhead of playout: a client that never answers, or speaks a long text, costs a
+// bounded FIFO, not memory that grows with the text.
+type Speaker struct {
+	cfg   SpeakerConfig
 	jobs  chan ttsJob
 	space chan struct{} // signalled by the media loop after it takes audio from the FIFO
 
-	mu   sync.Mutex
-	fifo *buffers.FIFO // audio at the Opus rate waiting to be sent
-	cur  *ttsJob       // the job being synthesised, if any
+	mu    sync.Mutex
+	voice string
+	fifo  *buffers.FIFO // audio at the Opus rate waiting to be sent
+	cur   *ttsJob       // the job being synthesised, if any
+}
+
+// SpeakerConfig sets up a Speaker.
+type SpeakerConfig struct {
+	Synth     stream.Synthesizer
+	Voice     string            // a voice library id or name ("" for the model's default)
+	Owner     string            // the principal whose voices Voice may name
+	Admission *stream.Admission // the model's synthesis slots (nil: none needed)
+	Log       *slog.Logger
+	// Event gets the speaking, done and error events of each text.
+	Event func(Message)
+	// Ready, if set, holds synthesis back until it is closed.
+	Ready <-chan struct{}
+}
+
+// NewSpeaker makes a speaker; Run synthesises.
+func NewSpeaker(cfg SpeakerConfig) *Speaker {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Speaker{cfg: cfg, voice: cfg.Voice, jobs: make(chan ttsJob, maxQueuedTexts),
+		space: make(chan struct{}, 1), fifo: buffers.NewFIFO(ttsAhead + opusRate)}
+}
+
+// SetVoice changes the voice of the texts synthesised from now on.
+func (t *Speaker) SetVoice(v string) {
+	t.mu.Lock()
+	t.voice = v
+	t.mu.Unlock()
 }
 
 // ttsAhead is how far synthesis may run ahead of playout.
@@ -68,21 +98,22 @@ func (p *peer) startTTS(ctx context.Context, m Message) (string, error) {
 	}
 	if t := p.tts.Load(); t != nil {
 		if m.Voice != "" {
-			t.mu.Lock()
-			t.voice = m.Voice
-			t.mu.Unlock()
+			t.SetVoice(m.Voice)
 		}
 		return "", nil
 	}
-	t := &ttsSession{p: p, syn: syn, voice: m.Voice, jobs: make(chan ttsJob, maxQueuedTexts),
-		space: make(chan struct{}, 1), fifo: buffers.NewFIFO(ttsAhead + opusRate)}
+	cfg := SpeakerConfig{Synth: syn, Voice: m.Voice, Owner: p.owner, Log: p.log, Event: p.event, Ready: p.negotiated}
+	if adm := p.srv.cfg.TTSAdmission; adm != nil {
+		cfg.Admission = adm(syn.Info().Name)
+	}
+	t := NewSpeaker(cfg)
 	p.tts.Store(t)
-	p.spawn(func() { t.work(ctx) })
+	p.spawn(func() { t.Run(ctx) })
 	return "", nil
 }
 
-// speak queues a text.
-func (t *ttsSession) speak(ctx context.Context, m Message) (string, error) {
+// Speak queues a text, returning an error code and error if it cannot.
+func (t *Speaker) Speak(ctx context.Context, m Message) (string, error) {
 	if !stream.HasWords(m.Text) {
 		return CodeBadMessage, errors.New("speak needs a non-empty text")
 	}
@@ -103,14 +134,14 @@ func (t *ttsSession) speak(ctx context.Context, m Message) (string, error) {
 	}
 }
 
-// cancelAll stops the current text, drops the queued ones and the unsent audio.
-func (t *ttsSession) cancelAll() {
+// CancelAll stops the current text, drops the queued ones and the unsent audio.
+func (t *Speaker) CancelAll() {
 drain:
 	for {
 		select {
 		case j := <-t.jobs:
 			j.cancel()
-			t.p.event(Message{Type: "done", ContextID: j.id, Canceled: true})
+			t.cfg.Event(Message{Type: "done", ContextID: j.id, Canceled: true})
 		default:
 			break drain
 		}
@@ -123,8 +154,8 @@ drain:
 	t.mu.Unlock()
 }
 
-// pull fills out from the FIFO (silence where it runs short); called by the media loop.
-func (t *ttsSession) pull(out []float32) int {
+// Pull fills out from the FIFO (silence where it runs short); called by the media loop.
+func (t *Speaker) Pull(out []float32) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	n := t.fifo.Read(out)
@@ -138,11 +169,14 @@ func (t *ttsSession) pull(out []float32) int {
 	return n
 }
 
-func (t *ttsSession) work(ctx context.Context) {
-	select { // no playout before the media is negotiated: nothing to synthesise for yet
-	case <-t.p.negotiated:
-	case <-ctx.Done():
-		return
+// Run synthesises the queued texts until ctx ends.
+func (t *Speaker) Run(ctx context.Context) {
+	if t.cfg.Ready != nil {
+		select { // no playout before the media is negotiated: nothing to synthesise for yet
+		case <-t.cfg.Ready:
+		case <-ctx.Done():
+			return
+		}
 	}
 	for {
 		select {
@@ -155,7 +189,7 @@ func (t *ttsSession) work(ctx context.Context) {
 }
 
 // run speaks one text, reporting speaking and done (or error) events.
-func (t *ttsSession) run(j ttsJob) {
+func (t *Speaker) run(j ttsJob) {
 	defer j.cancel()
 	if j.ctx.Err() != nil {
 		return // cancelled while queued; its done event is already out
@@ -169,9 +203,9 @@ func (t *ttsSession) run(j ttsJob) {
 		t.cur = nil
 		t.mu.Unlock()
 	}()
-	rs, err := dsp.NewResampler(t.syn.Info().SampleRate, opusRate)
+	rs, err := dsp.NewResampler(t.cfg.Synth.Info().SampleRate, opusRate)
 	if err != nil {
-		t.p.event(Message{Type: "error", ContextID: j.id, Code: CodeInternal, Message: err.Error()})
+		t.cfg.Event(Message{Type: "error", ContextID: j.id, Code: CodeInternal, Message: err.Error()})
 		return
 	}
 	var buf []float32
@@ -196,19 +230,16 @@ func (t *ttsSession) run(j ttsJob) {
 			}
 		}
 	}
-	job := stream.TTSJob{Synth: t.syn, Log: t.p.log,
-		Request: stream.SynthRequest{Text: j.text, Voice: voice, Owner: t.p.owner, MaxTokens: j.max, Seed: j.seed},
+	job := stream.TTSJob{Synth: t.cfg.Synth, Log: t.cfg.Log, Admission: t.cfg.Admission,
+		Request: stream.SynthRequest{Text: j.text, Voice: voice, Owner: t.cfg.Owner, MaxTokens: j.max, Seed: j.seed},
 		Out: func(c stream.SynthChunk) error {
 			buf = rs.Process(buf[:0], c.Samples)
 			if len(buf) > 0 && ttfa == 0 {
 				ttfa = time.Since(j.start)
-				t.p.event(Message{Type: "speaking", ContextID: j.id})
+				t.cfg.Event(Message{Type: "speaking", ContextID: j.id})
 			}
 			return push(buf)
 		}}
-	if adm := t.p.srv.cfg.TTSAdmission; adm != nil {
-		job.Admission = adm(t.syn.Info().Name)
-	}
 	res := job.Run(j.ctx)
 	err = res.Err
 	if err == nil {
@@ -221,12 +252,12 @@ func (t *ttsSession) run(j ttsJob) {
 	}
 	switch {
 	case j.ctx.Err() != nil:
-		t.p.event(Message{Type: "done", ContextID: j.id, Canceled: true, Metrics: met})
+		t.cfg.Event(Message{Type: "done", ContextID: j.id, Canceled: true, Metrics: met})
 	case err != nil:
-		code, msg := stream.ClientError(t.p.log, "synthesis", err, CodeSynthesis)
-		t.p.event(Message{Type: "error", ContextID: j.id, Code: code, Message: msg})
+		code, msg := stream.ClientError(t.cfg.Log, "synthesis", err, CodeSynthesis)
+		t.cfg.Event(Message{Type: "error", ContextID: j.id, Code: code, Message: msg})
 	default:
-		t.p.event(Message{Type: "done", ContextID: j.id, Metrics: met})
+		t.cfg.Event(Message{Type: "done", ContextID: j.id, Metrics: met})
 	}
 }
 
