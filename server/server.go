@@ -1,6 +1,7 @@
 // Package server is voxpipe's one HTTP handler: every route is registered here, behind the
 // API keys (server/auth), the per-key session limit and, on a server without keys, the
-// local-only guard; /healthz and /metrics (server/metrics) are served from here too.
+// local-only guard; /healthz, /readyz, /v1/capacity and /metrics (server/metrics) are
+// served from here too.
 package server
 
 import (
@@ -33,6 +34,12 @@ type Config struct {
 	Keys         *auth.Keys
 	Sessions     *auth.SessionLimit
 	Metrics      *metrics.Metrics
+	// Scheduler runs the live sessions' model steps: /v1/capacity reports its load and
+	// /readyz its saturation. nil: not reported.
+	Scheduler *stream.Scheduler
+	// Draining, when it reports true, turns /readyz to 503 "draining" (serve sets it as a
+	// shutdown begins, so a load balancer stops sending new work). nil: never.
+	Draining func() bool
 	// AccessLog, when set, gets one line per request (serve --access-log).
 	AccessLog *slog.Logger
 }
@@ -73,6 +80,9 @@ func New(c Config) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"status": "ok", "sessions": c.RTC.Active(), "tts_streams": c.TTS.Active()})
 	})
+	// For load balancers (docs/api.md#operations): readiness and load, counts only.
+	mux.HandleFunc("GET /readyz", c.serveReady)
+	mux.HandleFunc("GET /v1/capacity", c.serveCapacity)
 	if c.Metrics != nil {
 		mux.Handle("GET /metrics", c.Metrics.Handler())
 	}
@@ -88,10 +98,12 @@ func New(c Config) http.Handler {
 	if !c.Keys.Enabled() {
 		h = auth.GuardLocal(h) // loopback only: refuse DNS-rebound hosts and cross-site posts
 	}
-	// With keys, everything but the pages and the health check needs one (telephony checks
-	// its own); WHIP and WHEP answer browsers' preflights first.
+	// With keys, everything but the pages, the health and readiness checks and the capacity
+	// report needs one (telephony checks its own); WHIP and WHEP answer browsers' preflights
+	// first.
 	h = whipCORS(c.Keys.Middleware(h, func(path string) bool {
-		return path == "/healthz" || !strings.HasPrefix(path, "/v1/") && path != "/metrics" ||
+		return path == "/healthz" || path == "/readyz" || path == "/v1/capacity" ||
+			!strings.HasPrefix(path, "/v1/") && path != "/metrics" ||
 			c.Telephony != nil && strings.HasPrefix(path, "/v1/telephony/")
 	}))
 	if c.AccessLog != nil {

@@ -80,9 +80,12 @@ func (s *Scheduler) Stats() SchedulerStats {
 	return SchedulerStats{Workers: s.workers, Sessions: int(s.live.Load()), Queued: q, Load: s.load()}
 }
 
+// SaturatedLoad is the load (SchedulerStats.Load) from which HasCapacity says no.
+const SaturatedLoad = 0.85
+
 // HasCapacity reports whether another real-time session fits: the workers are not already
 // close to saturated. Admission asks it before a session with a model voice starts.
-func (s *Scheduler) HasCapacity() bool { return s.load() < 0.85 }
+func (s *Scheduler) HasCapacity() bool { return s.load() < SaturatedLoad }
 
 // load is the busy fraction, refreshed at most once a second.
 func (s *Scheduler) load() float64 {

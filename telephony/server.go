@@ -51,6 +51,19 @@ type Config struct {
 	Keys *auth.Keys
 	// Sessions bounds the calls each key holds (with every other session of the key).
 	Sessions *auth.SessionLimit
+	// TwilioAuthTokens, if any is set, are the Twilio account's auth tokens (several while
+	// one is rotated): a request to the Twilio endpoint must then carry an X-Twilio-Signature
+	// made with one of them, or it is refused with 403 bad_signature before the upgrade. The
+	// API key is still required as without them: the signature proves the request comes
+	// from the Twilio account, the key names the call's owner. The raw endpoint is not
+	// affected.
+	TwilioAuthTokens []string
+	// TwilioPublicURL is the base URL Twilio connects to (https://voice.example.org, or
+	// wss://; a path prefix a proxy strips may follow), which Twilio signs: needed behind a
+	// proxy that terminates TLS or changes the host. Empty: the request's own (wss:// when
+	// the server has TLS, else ws://, and its Host). CheckTwilioPublicURL checks one; an
+	// invalid one refuses every Twilio request.
+	TwilioPublicURL string
 	// MaxMessage bounds an inbound message (default 64 KiB; larger ones close with 1009).
 	MaxMessage int64
 	// StartTimeout bounds the wait for the start message (default 10 s); ReadTimeout ends a
@@ -76,6 +89,7 @@ type Config struct {
 // Server serves the telephony WebSockets.
 type Server struct {
 	cfg      Config
+	twilio   *twilioVerifier // nil: signatures are not checked
 	sched    *stream.Scheduler
 	ownSched bool
 	upgrader websocket.Upgrader
@@ -111,7 +125,10 @@ func NewServer(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, sched: cfg.Scheduler}
+	s := &Server{cfg: cfg, sched: cfg.Scheduler, twilio: newTwilioVerifier(cfg.TwilioAuthTokens, cfg.TwilioPublicURL)}
+	if s.twilio != nil && s.twilio.bad != nil {
+		cfg.Logger.Error("telephony: invalid Twilio public URL: every Twilio call is refused", "err", s.twilio.bad)
+	}
 	if s.sched == nil {
 		s.sched = stream.NewScheduler(0)
 		s.ownSched = true
@@ -144,6 +161,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.ctx.Err() != nil {
 		auth.WriteError(w, http.StatusServiceUnavailable, "shutting_down", "server is shutting down")
 		return
+	}
+	if proto == ProtoTwilio && s.twilio != nil {
+		// Twilio's signature, before anything else: a request that does not verify gets no
+		// further (docs/telephony.md#twilios-signature).
+		if s.twilio.bad != nil {
+			auth.WriteError(w, http.StatusInternalServerError, CodeInternal, "the server's Twilio public URL is invalid")
+			return
+		}
+		if signed, err := s.twilio.verify(r); err != nil {
+			s.cfg.Logger.Info("telephony: Twilio signature refused", "err", err, "signed_url", trunc(signed, 200), "remote", r.RemoteAddr)
+			auth.WriteError(w, http.StatusForbidden, CodeBadSignature, err.Error())
+			return
+		}
 	}
 	var cfg callConfig
 	q := queryParams(r.URL.Query())

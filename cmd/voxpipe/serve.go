@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -57,8 +58,11 @@ type serveOptions struct {
 	apiKeys, adminKeys                               []string
 	obsURL, obsInput                                 string
 	sessionsPerKey                                   int
+	twilioAuthTokens                                 []string // --twilio-auth-token, $VOXPIPE_TWILIO_AUTH_TOKEN
+	twilioPublicURL                                  string
 	// Connection limits and timeouts (serve_http.go); zero takes the default.
 	shutdownGrace, idleTimeout, bodyTimeout, writeTimeout time.Duration
+	drainDelay                                            time.Duration // --drain-delay
 	connsPerIP                                            int
 }
 
@@ -95,8 +99,11 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
 	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
 	adminKeys := fs.String("admin-key", "", "comma-separated admin keys: like --api-key, but they see and may end every key's sessions and voices and have no session limit; also $VOXPIPE_ADMIN_KEYS")
+	twilioTokens := fs.String("twilio-auth-token", "", "the Twilio account's auth token (comma-separate two while rotating): a stream to /v1/telephony/twilio must then carry a valid X-Twilio-Signature, or is refused (403); better given as $VOXPIPE_TWILIO_AUTH_TOKEN, which a process list does not show")
+	fs.StringVar(&o.twilioPublicURL, "twilio-public-url", "", "the base `URL` Twilio connects to (https://voice.example.org), whose stream URL Twilio signs: set it behind a proxy that terminates TLS or changes the host; default: this server's own scheme and the request's Host")
 	fs.IntVar(&o.sessionsPerKey, "sessions-per-key", 20, "open sessions (signaling and TTS sockets, streamed speech, WHIP sessions, WHEP viewers) one API key may hold at once; 0: no limit")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGINT/SIGTERM streams end at once (sockets get close code 1001, streamed speech is cut); other requests get this long to finish, then every connection is closed")
+	fs.DurationVar(&o.drainDelay, "drain-delay", 0, "on SIGINT/SIGTERM first answer /readyz with 503 for this long while serving as usual, so a load balancer stops sending new work, then shut down (--shutdown-grace)")
 	fs.IntVar(&o.connsPerIP, "conns-per-ip", defaultConnsPerIP, "open connections one client IP may hold; more are closed as they arrive (0: no limit; raise it behind a proxy, whose clients share its IP)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", defaultIdleTimeout, "close a keep-alive connection idle this long")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", defaultBodyTimeout, "time a client has to send a request body (voice uploads included); a slower one is cut")
@@ -121,6 +128,19 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	for _, list := range []string{*adminKeys, os.Getenv("VOXPIPE_ADMIN_KEYS")} {
 		if list != "" {
 			o.adminKeys = append(o.adminKeys, strings.Split(list, ",")...)
+		}
+	}
+	for _, list := range []string{*twilioTokens, os.Getenv("VOXPIPE_TWILIO_AUTH_TOKEN")} {
+		if list != "" {
+			(*listFlag)(&o.twilioAuthTokens).Set(list) // comma-separated, blanks dropped
+		}
+	}
+	if o.twilioPublicURL != "" {
+		if len(o.twilioAuthTokens) == 0 {
+			return errors.New("--twilio-public-url needs --twilio-auth-token (or $VOXPIPE_TWILIO_AUTH_TOKEN)")
+		}
+		if err := telephony.CheckTwilioPublicURL(o.twilioPublicURL); err != nil {
+			return fmt.Errorf("--twilio-public-url %w", err)
 		}
 	}
 	if _, port, err := net.SplitHostPort(o.listen); err != nil || port == "" {
@@ -184,9 +204,10 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 
 // app is the server's parts behind one handler.
 type app struct {
-	handler http.Handler
-	closers []func()
-	once    sync.Once
+	handler  http.Handler
+	closers  []func()
+	once     sync.Once
+	draining atomic.Bool // a shutdown has begun: /readyz answers 503
 }
 
 func (a *app) close() {
@@ -210,6 +231,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	if err != nil {
 		return nil, err
 	}
+	a.closers = append(a.closers, func() { lib.Close() }) // its file locks, last
 	for _, w := range warn {
 		log.Warn("voice library", "problem", w)
 	}
@@ -227,31 +249,9 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	if o.sessionsPerKey > 0 {
 		sessions = auth.NewSessionLimit(o.sessionsPerKey)
 	}
-	synths := &stream.Synthesizers{}
-	if o.ttsModel != "" || o.codec != "" {
-		if o.ttsModel == "" || o.codec == "" {
-			return nil, errors.New("--tts-model and --codec go together")
-		}
-		be, err := engine.NewCPU(o.threads)
-		if err != nil {
-			return nil, err
-		}
-		a.closers = append(a.closers, be.Close)
-		fmt.Fprintf(stdout, "loading %s and %s…\n", o.ttsModel, o.codec)
-		mt, err := miotts.Load(o.ttsModel, o.codec, be, miotts.Options{VoiceCacheDir: filepath.Join(o.voicesDir, "embeddings")})
-		if err != nil {
-			return nil, err
-		}
-		a.closers = append(a.closers, mt.Close)
-		files := map[string]string{}
-		if o.ttsVoice != "" {
-			mt.DefaultVoice = o.ttsVoice
-			if audiofile.HasAudioExt(o.ttsVoice) {
-				files[o.ttsVoice] = o.ttsVoice
-			}
-		}
-		// The adapter resolves voices per request owner; the default with the server's rights.
-		synths.Register(voice.MioTTS(mt, voice.Voices(lib, files)))
+	synths, err := a.loadTTS(o, lib, stdout)
+	if err != nil {
+		return nil, err
 	}
 	aliases := map[string]string{}
 	for _, a := range o.voiceAliases {
@@ -307,10 +307,11 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	// Phone calls (docs/telephony.md): the same voices, scheduler, TTS slots, keys and limits.
 	tel := telephony.NewServer(telephony.Config{Scheduler: sched, Voices: voices, NewProcessor: newProcessor, DefaultVoice: o.voice,
 		Synthesizers: synths, TTSAdmission: ttsSrv.Admission, Keys: keys, Sessions: sessions, WriteTimeout: o.writeTimeout,
+		TwilioAuthTokens: o.twilioAuthTokens, TwilioPublicURL: o.twilioPublicURL,
 		Logger: log, OnSession: met.Session})
 	a.closers = append(a.closers, tel.Close) // before the scheduler's (closers run in reverse)
 	cfg := server.Config{RTC: srv, TTS: ttsSrv, Telephony: tel, Library: lib, Voices: voices, VoiceDetails: details, Synthesizers: synths,
-		DefaultVoice: o.voice, Keys: keys, Sessions: sessions, Metrics: met}
+		DefaultVoice: o.voice, Keys: keys, Sessions: sessions, Metrics: met, Scheduler: sched, Draining: a.draining.Load}
 	if o.accessLog {
 		cfg.AccessLog = log.With("log", "access")
 	}
@@ -406,4 +407,37 @@ func (l *listFlag) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// loadTTS loads --tts-model with --codec (none: no synthesizers) and registers MioTTS
+// speaking in the library's voices, with --tts-voice as its default.
+func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*stream.Synthesizers, error) {
+	synths := &stream.Synthesizers{}
+	if o.ttsModel == "" && o.codec == "" {
+		return synths, nil
+	}
+	if o.ttsModel == "" || o.codec == "" {
+		return nil, errors.New("--tts-model and --codec go together")
+	}
+	be, err := engine.NewCPU(o.threads)
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, be.Close)
+	fmt.Fprintf(stdout, "loading %s and %s…\n", o.ttsModel, o.codec)
+	mt, err := miotts.Load(o.ttsModel, o.codec, be, miotts.Options{VoiceCacheDir: filepath.Join(o.voicesDir, "embeddings")})
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, mt.Close)
+	files := map[string]string{}
+	if o.ttsVoice != "" {
+		mt.DefaultVoice = o.ttsVoice
+		if audiofile.HasAudioExt(o.ttsVoice) {
+			files[o.ttsVoice] = o.ttsVoice
+		}
+	}
+	// The adapter resolves voices per request owner; the default with the server's rights.
+	synths.Register(voice.MioTTS(mt, voice.Voices(lib, files)))
+	return synths, nil
 }

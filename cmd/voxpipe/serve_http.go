@@ -30,11 +30,12 @@ const (
 	forceWait = time.Second
 )
 
-// serve runs the HTTP server on ln until ctx ends, then shuts down in about
-// o.shutdownGrace: it stops accepting, ends every stream at once (WebSockets get close code
-// 1001, speech responses still streaming are cut so clients see the truncation), lets other
-// requests finish within the grace period, then closes every connection left, hijacked ones
-// included, and returns at most forceWait later. It closes a.
+// serve runs the HTTP server on ln until ctx ends, then turns /readyz to 503, serves on for
+// o.drainDelay (0: not at all) and shuts down in about o.shutdownGrace: it stops accepting,
+// ends every stream at once (WebSockets get close code 1001, speech responses still
+// streaming are cut so clients see the truncation), lets other requests finish within the
+// grace period, then closes every connection left, hijacked ones included, and returns at
+// most forceWait later. It closes a.
 func serve(ctx context.Context, o serveOptions, ln net.Listener, a *app, log *slog.Logger) error {
 	grace := o.shutdownGrace
 	if grace <= 0 {
@@ -73,6 +74,18 @@ func serve(ctx context.Context, o serveOptions, ln net.Listener, a *app, log *sl
 		a.close()
 		return err
 	case <-ctx.Done():
+	}
+	// Readiness turns first: a load balancer polling /readyz stops sending new work while,
+	// for --drain-delay, everything is still served as usual.
+	a.draining.Store(true)
+	if o.drainDelay > 0 {
+		log.Info("draining: /readyz answers 503 until the shutdown", "delay", o.drainDelay)
+		select {
+		case err := <-errc:
+			a.close()
+			return err
+		case <-time.After(o.drainDelay):
+		}
 	}
 	log.Info("shutting down", "grace", grace)
 	deadline := time.Now().Add(grace)

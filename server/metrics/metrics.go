@@ -7,6 +7,7 @@ package metrics
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,8 @@ type Metrics struct {
 	algorithm *prometheus.GaugeVec
 	outBuffer prometheus.Histogram
 	trimmed   prometheus.Counter
+
+	lateTotal atomic.Int64 // what late counts, for LateChunks
 
 	mu   sync.Mutex
 	last map[string]rtc.SessionReport // per live session: the previous totals, for deltas
@@ -113,11 +116,17 @@ func (m *Metrics) VCStats(r rtc.SessionReport) {
 	}
 	m.outBuffer.Observe(s.OutputBuffer.Seconds())
 	m.trimmed.Add(max(0, (s.Trimmed - p.Trimmed).Seconds()))
-	m.late.Add(float64(max(0, s.LateChunks-p.LateChunks)))
+	late := max(0, s.LateChunks-p.LateChunks)
+	m.late.Add(float64(late))
+	m.lateTotal.Add(int64(late))
 	m.dropped.Add(float64(max(0, s.DroppedChunks+r.Shed-p.DroppedChunks-prev.Shed)))
 	shed := time.Duration(r.Shed-prev.Shed) * 20 * time.Millisecond // a shed frame is 20 ms
 	m.droppedMs.Add(max(0, (s.Dropped - p.Dropped + shed).Seconds()))
 }
+
+// LateChunks is voxpipe_late_chunks_total: live-voice chunks whose compute took longer
+// than their audio, since the start.
+func (m *Metrics) LateChunks() int64 { return m.lateTotal.Load() }
 
 // TTSDone records a finished text-to-speech stream.
 func (m *Metrics) TTSDone(model string, ttfa time.Duration, audio time.Duration, rtf float64) {

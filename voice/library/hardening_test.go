@@ -303,6 +303,7 @@ func TestOpenRemovesLeftovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	l.Close() // the server that crashed: its lock went with it
 	write(".tmp-123456", []byte("half a clip"))
 	write("v_2222222222222222.wav", toneWAV(t, 2, 0.5)) // orphan
 	write("v_3333333333333333.wav", toneWAV(t, 2, 0.5)) // damaged metadata: kept

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
@@ -72,6 +73,15 @@ type Voice struct {
 }
 
 // Library stores clips as DIR/ID.wav (mono 16-bit) with DIR/ID.json metadata.
+//
+// Several processes may use one directory at once (servers behind a load balancer on a
+// network filesystem): the directory, not memory, is the truth. A voice exists exactly
+// while its metadata file does; every read checks the directory (an open and a stat when
+// nothing changed, a re-read of its listing when it did), so an upload or a delete by
+// another process is seen at the next request. Uploads check the cap and the owner's names and
+// write their metadata under an exclusive lock on DIR/voxpipe-library-write.lock, so names
+// stay unique per owner and MaxVoices holds across processes; see docs/deploy.md for what
+// a network filesystem must provide.
 type Library struct {
 	dir        string
 	MaxBytes   int64
@@ -82,13 +92,53 @@ type Library struct {
 	// errors). nil: slog.Default().
 	Log *slog.Logger
 
-	mu     sync.RWMutex
+	mu sync.Mutex
+	// voices is the directory's voices as last scanned. Metadata is written once and never
+	// changed, so an id's entry stays right for as long as its file exists.
 	voices map[string]Voice
-	// pending holds uploads being written: they count towards MaxVoices and reserve their
-	// names, so the checks and the insert are one atomic step even though the files are
-	// written outside the lock.
+	// pending holds this process's uploads being written: they count towards MaxVoices and
+	// reserve their names, so two uploads here cannot both pass the checks.
 	pending map[string]Voice
+	scanned dirState        // the directory as of the last scan
+	warned  map[string]bool // damaged entries already reported
+
+	commit *sync.Mutex // serializes this process's writers of dir (flock is per open file)
+	// held is DIR/voxpipe-library.lock, locked shared while the library is open, so a
+	// process that opens the library knows whether another one has it open; write is
+	// DIR/voxpipe-library-write.lock, locked exclusively around each commit. Both nil where
+	// file locks are not available.
+	held, write *os.File
 }
+
+// The lock files (see Library). They are not voices and not leftovers: nothing removes them.
+const (
+	heldLockName  = "voxpipe-library.lock"
+	writeLockName = "voxpipe-library-write.lock"
+)
+
+// staleAfter is how old a temporary file or an orphan clip must be before Open removes it
+// while another process has the library open (it may be that process's upload in progress;
+// an upload writes for seconds, not an hour).
+const staleAfter = time.Hour
+
+// rescanAfter bounds how long the listing is trusted on the directory's modification time
+// alone; settleTime is how far in the past that time must lie to be trusted at all (a
+// filesystem's clock ticks coarsely: two changes within one tick leave one time).
+const (
+	rescanAfter = 5 * time.Second
+	settleTime  = 2 * time.Second
+)
+
+// dirState is what decides whether the directory changed since a scan.
+type dirState struct {
+	info   os.FileInfo // the directory's, taken just before the scan's listing
+	at     time.Time   // when
+	trusty bool        // info's modification time was settled (see settleTime)
+}
+
+// commitLocks are the in-process locks of the directories open in this process, by path:
+// two Library values on one directory exclude each other like two processes do.
+var commitLocks sync.Map // string → *sync.Mutex
 
 // idPattern keeps ids to what the library itself makes, so no request can name a path.
 var idPattern = regexp.MustCompile(`^v_[0-9a-f]{16}$`)
@@ -99,47 +149,121 @@ func ValidID(s string) bool { return idPattern.MatchString(s) }
 // Open loads (or creates) the library in dir. Damaged entries are skipped with a note in
 // the returned warnings, never fatal. Leftovers of a crash are removed, each with a note:
 // temporary files (.tmp-*) and clips without metadata (Add writes the clip before the
-// metadata and Delete removes the metadata first, so such a clip is never a voice). Open
-// runs at startup, before any Add, so nothing it removes can be an upload in progress.
+// metadata and Delete removes the metadata first, so such a clip is never a voice). When
+// another process has the library open (a second server on a shared directory), a leftover
+// may be its upload in progress, so only those older than an hour are removed. Close
+// releases the library's file locks.
 func Open(dir string) (*Library, []string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, fmt.Errorf("voice library: %w", err)
 	}
 	l := &Library{dir: dir, MaxBytes: DefaultMaxBytes, MaxSeconds: DefaultMaxSeconds, MinSeconds: DefaultMinSeconds,
-		MaxVoices: DefaultMaxVoices, voices: map[string]Voice{}, pending: map[string]Voice{}}
-	metas, err := filepath.Glob(filepath.Join(dir, "v_*.json"))
+		MaxVoices: DefaultMaxVoices, voices: map[string]Voice{}, pending: map[string]Voice{}, warned: map[string]bool{}}
+	key := dir
+	if abs, err := filepath.Abs(dir); err == nil {
+		key = abs
+	}
+	mu, _ := commitLocks.LoadOrStore(key, new(sync.Mutex))
+	l.commit = mu.(*sync.Mutex)
+	alone, warn := l.openLocks()
+	warn = append(warn, l.removeLeftovers(alone)...)
+	if l.held != nil && alone {
+		// Others may open it now; they wait for this lock, and then clean only old leftovers.
+		if err := lockFile(l.held, false, true); err != nil {
+			warn = append(warn, fmt.Sprintf("%s: %v", heldLockName, err))
+		}
+	}
+	l.mu.Lock()
+	w, err := l.scanLocked(true)
+	l.mu.Unlock()
 	if err != nil {
-		return nil, nil, err
+		l.Close()
+		return nil, nil, fmt.Errorf("voice library: %w", err)
 	}
-	var warn []string
-	for _, m := range metas {
-		var v Voice
-		data, err := os.ReadFile(m)
-		if err == nil {
-			err = json.Unmarshal(data, &v)
-		}
-		if err == nil && (!ValidID(v.ID) || filepath.Base(m) != v.ID+".json") {
-			err = fmt.Errorf("metadata names id %q", v.ID)
-		}
-		if err == nil {
-			_, err = os.Stat(l.clipPath(v.ID))
-		}
-		if err != nil {
-			warn = append(warn, fmt.Sprintf("%s: skipped: %v", filepath.Base(m), err))
-			continue
-		}
-		l.voices[v.ID] = v
-	}
-	warn = append(warn, l.removeLeftovers()...)
-	return l, warn, nil
+	return l, append(warn, w...), nil
 }
 
-// removeLeftovers deletes temporary files and orphan clips (see Open).
-func (l *Library) removeLeftovers() []string {
+// openLocks opens the lock files and takes the held lock: exclusively when no other process
+// has the library open (alone), else shared. Where locks are not available it says so in a
+// warning and reports alone false, so nothing that could be another server's is removed.
+func (l *Library) openLocks() (alone bool, warn []string) {
+	fail := func(err error) (bool, []string) {
+		for _, f := range []*os.File{l.held, l.write} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		l.held, l.write = nil, nil
+		return false, []string{fmt.Sprintf("file locks are not available (%v): only this process may use the directory", err)}
+	}
+	var err error
+	if l.held, err = os.OpenFile(filepath.Join(l.dir, heldLockName), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return fail(err)
+	}
+	if l.write, err = os.OpenFile(filepath.Join(l.dir, writeLockName), os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		return fail(err)
+	}
+	switch err := lockFile(l.held, true, false); {
+	case err == nil:
+		return true, nil
+	case !isWouldBlock(err):
+		return fail(err)
+	}
+	if err := lockFile(l.held, false, true); err != nil {
+		return fail(err)
+	}
+	return false, nil
+}
+
+// Close releases the library's file locks. The Library must not be used after it.
+func (l *Library) Close() error {
+	var first error
+	for _, f := range []*os.File{l.held, l.write} {
+		if f != nil {
+			if err := f.Close(); first == nil {
+				first = err
+			}
+		}
+	}
+	l.held, l.write = nil, nil
+	return first
+}
+
+// lockWrites takes the library's write lock: this process's, then the file lock that other
+// processes take. unlock releases both.
+func (l *Library) lockWrites() (unlock func(), err error) {
+	l.commit.Lock()
+	if l.write != nil {
+		if err := lockFile(l.write, true, true); err != nil {
+			l.commit.Unlock()
+			return nil, fmt.Errorf("voice library: lock %s: %w", writeLockName, err)
+		}
+	}
+	return func() {
+		if l.write != nil {
+			unlockFile(l.write)
+		}
+		l.commit.Unlock()
+	}, nil
+}
+
+// removeLeftovers deletes temporary files and orphan clips (see Open), under the write
+// lock: an upload in another process checks that its clip is still there under the same
+// lock before it writes the metadata. Unless alone, only leftovers older than staleAfter go.
+func (l *Library) removeLeftovers(alone bool) []string {
+	unlock, err := l.lockWrites()
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer unlock()
 	var warn []string
 	remove := func(path, why string) {
-		if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+		fi, err := os.Lstat(path)
+		if err != nil || !fi.Mode().IsRegular() {
 			return // only plain files the library could have written
+		}
+		if !alone && time.Since(fi.ModTime()) < staleAfter {
+			return // perhaps another process's upload in progress
 		}
 		if err := os.Remove(path); err != nil {
 			warn = append(warn, fmt.Sprintf("%s: %s, could not remove it: %v", filepath.Base(path), why, err))
@@ -165,6 +289,107 @@ func (l *Library) removeLeftovers() []string {
 	return warn
 }
 
+// readMeta reads and checks id's metadata file.
+func (l *Library) readMeta(id string) (Voice, error) {
+	var v Voice
+	data, err := os.ReadFile(l.metaPath(id))
+	if err == nil {
+		err = json.Unmarshal(data, &v)
+	}
+	if err == nil && v.ID != id {
+		err = fmt.Errorf("metadata names id %q", v.ID)
+	}
+	return v, err
+}
+
+// refreshLocked brings the index up to date with the directory (see scanLocked) and logs
+// what is wrong with it; l.mu is held. A directory that cannot be read leaves the index as
+// it was, so a passing failure of a network filesystem does not empty the listing.
+func (l *Library) refreshLocked(force bool) error {
+	warn, err := l.scanLocked(force)
+	for _, w := range warn {
+		l.log().Warn("voice library: damaged entry", "problem", w)
+	}
+	if err != nil {
+		l.log().Warn("voice library: cannot read the directory; serving the last listing", "err", err)
+	}
+	return err
+}
+
+// scanLocked re-reads the directory's listing when it may have changed since the last
+// scan (or always, with force): new metadata files are read, vanished ones dropped. It
+// returns the problems with entries not reported before. l.mu is held.
+func (l *Library) scanLocked(force bool) ([]string, error) {
+	now := time.Now()
+	// Opened, not just stat'ed: an NFS client revalidates a directory's attributes when it
+	// is opened (close-to-open consistency), where a stat may answer from its cache.
+	f, err := os.Open(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if s := l.scanned; !force && s.info != nil && s.trusty && now.Sub(s.at) < rescanAfter &&
+		os.SameFile(s.info, fi) && fi.ModTime().Equal(s.info.ModTime()) {
+		return nil, nil
+	}
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	files := make(map[string]bool, len(names))
+	for _, n := range names {
+		files[n] = true
+	}
+	var warn []string
+	problem := func(name string, err error) {
+		if l.warned[name] {
+			return
+		}
+		l.warned[name] = true
+		warn = append(warn, fmt.Sprintf("%s: skipped: %v", name, err))
+	}
+	found := make(map[string]bool, len(names)/2)
+	for _, n := range names {
+		id, ok := strings.CutSuffix(n, ".json")
+		if !ok || !ValidID(id) {
+			continue
+		}
+		if _, ok := l.voices[id]; ok {
+			found[id] = true
+			continue
+		}
+		if !files[id+".wav"] {
+			// A listing read while files are added may miss one: ask for the clip itself.
+			if _, err := os.Lstat(l.clipPath(id)); err != nil {
+				problem(n, fmt.Errorf("%w: its clip %s.wav is missing", fs.ErrNotExist, id))
+				continue
+			}
+		}
+		v, err := l.readMeta(id)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // deleted since the listing
+		case err != nil:
+			problem(n, err)
+			continue
+		}
+		delete(l.warned, n)
+		l.voices[id] = v
+		found[id] = true
+	}
+	for id := range l.voices {
+		if !found[id] {
+			delete(l.voices, id)
+		}
+	}
+	l.scanned = dirState{info: fi, at: now, trusty: now.Sub(fi.ModTime()) > settleTime}
+	return warn, nil
+}
+
 // Dir is the library's directory.
 func (l *Library) Dir() string { return l.dir }
 
@@ -186,8 +411,9 @@ func visible(v Voice, principal string) bool {
 
 // List returns the voices principal can see, oldest first.
 func (l *Library) List(principal string) []Voice {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refreshLocked(false)
 	out := make([]Voice, 0, len(l.voices))
 	for _, v := range l.voices {
 		if visible(v, principal) {
@@ -213,8 +439,9 @@ func owns(v Voice, principal string) bool {
 // that name: so a client's upload can never make the admin's names (such as the server's
 // default voice) ambiguous. Another principal's voice is ErrNotFound, like a missing one.
 func (l *Library) Get(principal, idOrName string) (Voice, error) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refreshLocked(false)
 	if v, ok := l.voices[idOrName]; ok && visible(v, principal) {
 		return v, nil
 	}
@@ -258,6 +485,10 @@ func (l *Library) Clip(principal, idOrName string) ([]float32, int, error) {
 	}
 	a, err := wav.ReadFile(l.clipPath(v.ID))
 	if err != nil {
+		if _, serr := os.Lstat(l.metaPath(v.ID)); errors.Is(serr, fs.ErrNotExist) {
+			// Deleted (by this process or another) between the lookup and the read.
+			return nil, 0, fmt.Errorf("%w: %q", ErrNotFound, idOrName)
+		}
 		l.log().Error("voice library: clip is unreadable", "voice", v.ID, "err", err)
 		return nil, 0, &UnreadableError{ID: v.ID, Cause: err}
 	}
@@ -358,11 +589,13 @@ func (l *Library) Add(owner, name string, data []byte) (Voice, error) {
 	if err := wav.Write(&clip, mono, a.SampleRate, 1); err != nil {
 		return Voice{}, err
 	}
+	// The clip is written outside the write lock (it is large, and a clip without metadata
+	// is no voice); the checks and the metadata, the voice's one moment of existence, are
+	// under it.
 	if err := writeAtomic(l.clipPath(v.ID), clip.Bytes()); err != nil {
 		return Voice{}, err
 	}
-	meta, _ := json.MarshalIndent(v, "", "  ")
-	if err := writeAtomic(l.metaPath(v.ID), meta); err != nil {
+	if err := l.commitMeta(v); err != nil {
 		os.Remove(l.clipPath(v.ID))
 		return Voice{}, err
 	}
@@ -370,41 +603,105 @@ func (l *Library) Add(owner, name string, data []byte) (Voice, error) {
 	return v, nil
 }
 
-// reserve checks the cap and the name and records v as pending, in one step under the lock.
+// reserve checks the cap and the name against the directory and this process's uploads in
+// progress, and records v as pending, in one step under l.mu. commitMeta checks again
+// against the directory under the write lock: uploads in other processes are only seen
+// there.
 func (l *Library) reserve(v Voice) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.refreshLocked(false)
 	if n := len(l.voices) + len(l.pending); n >= l.MaxVoices {
-		return fmt.Errorf("%w (%d voices): delete some first", ErrFull, l.MaxVoices)
+		return l.fullError()
 	}
 	for _, m := range []map[string]Voice{l.voices, l.pending} {
-		for _, o := range m {
-			if o.Owner == v.Owner && o.Name == v.Name {
-				return fmt.Errorf("%w: you already have a voice named %q (%s): delete it or choose another name",
-					ErrNameTaken, v.Name, o.ID)
-			}
+		if err := nameTaken(m, v); err != nil {
+			return err
 		}
 	}
 	l.pending[v.ID] = v
 	return nil
 }
 
+func (l *Library) fullError() error {
+	return fmt.Errorf("%w (%d voices): delete some first", ErrFull, l.MaxVoices)
+}
+
+// nameTaken reports ErrNameTaken when m holds another voice of v's owner with v's name.
+func nameTaken(m map[string]Voice, v Voice) error {
+	for _, o := range m {
+		if o.ID != v.ID && o.Owner == v.Owner && o.Name == v.Name {
+			return fmt.Errorf("%w: you already have a voice named %q (%s): delete it or choose another name",
+				ErrNameTaken, v.Name, o.ID)
+		}
+	}
+	return nil
+}
+
+// commitMeta writes v's metadata, making it a voice, under the write lock: the directory
+// is re-read there, so a voice another process stored in the meantime counts against the
+// cap and its name is taken. The clip must still be there: a process that opened the
+// library believing itself alone may have removed it as a leftover.
+func (l *Library) commitMeta(v Voice) error {
+	unlock, err := l.lockWrites()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	l.mu.Lock()
+	err = l.refreshLocked(true) // a listing from the server, not a cached one
+	stored := len(l.voices)
+	if err == nil {
+		err = nameTaken(l.voices, v)
+	}
+	l.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case stored >= l.MaxVoices:
+		return l.fullError()
+	}
+	if fi, err := os.Lstat(l.clipPath(v.ID)); err != nil || !fi.Mode().IsRegular() {
+		return fmt.Errorf("voice library: the clip of %s vanished before its metadata was written: %v", v.ID, err)
+	}
+	meta, _ := json.MarshalIndent(v, "", "  ")
+	return writeAtomic(l.metaPath(v.ID), meta)
+}
+
 // Delete removes one of principal's visible voices: metadata first, so a crash in between
-// leaves an orphan clip (which Open removes) rather than an entry without its clip.
+// leaves an orphan clip (which Open removes) rather than an entry without its clip. The
+// voice is looked up on disk, so one stored by another process can be deleted here; when
+// two deletes of one voice race (in one process or two), one succeeds and the other is
+// ErrNotFound.
 func (l *Library) Delete(principal, id string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if v, ok := l.voices[id]; !ok || !visible(v, principal) {
+	v, ok := l.voices[id]
+	l.mu.Unlock()
+	if !ok {
+		var err error
+		if v, err = l.readMeta(id); err != nil {
+			return fmt.Errorf("%w: %q", ErrNotFound, id)
+		}
+	}
+	if !visible(v, principal) {
 		return fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	if err := os.Remove(l.metaPath(id)); err != nil && !os.IsNotExist(err) {
+	err := os.Remove(l.metaPath(id))
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		l.mu.Lock()
+		delete(l.voices, id)
+		l.mu.Unlock()
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %q", ErrNotFound, id)
+	case err != nil:
 		return err
 	}
 	os.Remove(l.clipPath(id))
-	delete(l.voices, id)
 	return nil
 }
 
