@@ -66,6 +66,8 @@ bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the mod
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2-40ms.gguf --threads 2 --seconds 20 --json
 	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --ref testdata/speech_en_48k.wav --seconds 20 --json
 	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2-40ms.gguf --ref testdata/speech_en_48k.wav --seconds 20 --json
+	@# LiveKit (worker/): rooms per worker with MeanVC2 (dsp rooms and the SFU latency ran with ./... above)
+	VOXPIPE_BENCH_VC_MODEL=$(BENCH_MODELS)/meanvc2.gguf $(GO) test -run '^$$' -bench RoomsPerWorker -benchtime 1x ./worker/
 	./$(BIN) bench tts-load --sessions 1 --seconds 10 --json
 	./$(BIN) bench tts-load --sessions 20 --seconds 10 --slots 2 --queue 50ms --json
 	./$(BIN) bench gemm --json

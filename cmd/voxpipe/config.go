@@ -57,3 +57,15 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 	}
 	return nil
 }
+
+// applyConfigFlag applies the --config file, if one was named, under the command line's flags;
+// the file may name pulled models too.
+func applyConfigFlag(fs *flag.FlagSet, path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := applyConfigFile(fs, path); err != nil {
+		return err
+	}
+	return resolveModelFlags(fs, modelFlags...)
+}

@@ -20,6 +20,7 @@ var commands = []command{
 	{"serve", "run the server: web voice changer and WebRTC signaling on http://localhost:8080", runServe},
 	{"convert", "convert an audio file (WAV, FLAC, Ogg, MP3) through a voice: convert IN OUT.wav --voice dsp --pitch 4", runConvert},
 	{"tts", `speak text with MioTTS: tts --model LM.gguf --codec CODEC.gguf --voice REF.wav "text" -o out.wav`, runTTS},
+	{"worker", "join LiveKit rooms as an agent: convert participants' voices or speak text (worker --livekit-url URL --api-key K)", runWorker},
 	{"bridge", "live mic → voice → output device (e.g. a virtual cable for OBS)", runBridge},
 	{"devices", "list local audio input and output devices", runDevices},
 	{"mkmodel", "write a random-weight model file at real or tiny dimensions (for benchmarks), or random original checkpoints (--originals)", runMkmodelOrOriginals},

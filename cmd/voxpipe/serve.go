@@ -112,13 +112,8 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	if *config != "" {
-		if err := applyConfigFile(fs, *config); err != nil {
-			return err
-		}
-		if err := resolveModelFlags(fs, modelFlags...); err != nil { // the file may name pulled models too
-			return err
-		}
+	if err := applyConfigFlag(fs, *config); err != nil {
+		return err
 	}
 	for _, list := range []string{*apiKeys, os.Getenv("VOXPIPE_API_KEYS")} {
 		if list != "" {
