@@ -36,8 +36,9 @@ test: test-go test-web ## all tests: Go (unit, parity, WebRTC loopback) and the 
 test-go: deps
 	$(GO) vet ./...
 	@# -p 1: packages one at a time, so the timing of the WebRTC tests is not measured under
-	@# the load of another package's soak or model tests.
-	$(GO) test -p 1 -count=1 ./...
+	@# the load of another package's soak or model tests. -timeout 20m: on a fresh machine the
+	@# LiveKit tests (worker/) first build livekit-server from its Go module (about 5 min).
+	$(GO) test -p 1 -count=1 -timeout 20m ./...
 
 test-web: test-deps build
 	node --test web/e2e/

@@ -327,10 +327,11 @@ func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, 
 		if err != nil {
 			return fail(err)
 		}
-		if proc != nil && !p.srv.sched.HasCapacity() {
-			// A model voice runs on the scheduler's workers: admit it only while they keep up.
+		if proc != nil && !p.srv.sched.Admit(voice, p.sess) {
+			// A model voice runs on the scheduler's workers: admit it only if they keep up with
+			// it (the session's current voice makes room for it).
 			stream.CloseProcessor(proc)
-			return nil, CodeBusy, fmt.Errorf("the server's model workers are saturated (%s): try again later or use another voice", stream.ErrBusy)
+			return nil, CodeBusy, stream.NoRoom(voice)
 		}
 		if proc != nil {
 			p.owned = append(p.owned, proc)

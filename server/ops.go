@@ -54,6 +54,7 @@ type SchedulerCapacity struct {
 	// Load is the fraction of the workers' time spent in steps over the last second; from
 	// SaturatedLoad on, sessions with a model voice are refused (Saturated).
 	Load          float64 `json:"load"`
+	ExpectedLoad  float64 `json:"expected_load"` // if every open session spoke (their voices' learned costs)
 	SaturatedLoad float64 `json:"saturated_load"`
 	Saturated     bool    `json:"saturated"`
 }
@@ -75,7 +76,7 @@ func (c Config) capacity() Capacity {
 	if c.Scheduler != nil {
 		st := c.Scheduler.Stats()
 		out.Scheduler = &SchedulerCapacity{Workers: st.Workers, Sessions: st.Sessions, Queued: st.Queued,
-			Load: round3(st.Load), SaturatedLoad: stream.SaturatedLoad, Saturated: st.Load >= stream.SaturatedLoad}
+			Load: round3(st.Load), ExpectedLoad: round3(st.ExpectedLoad), SaturatedLoad: stream.SaturatedLoad, Saturated: st.Load >= stream.SaturatedLoad}
 		out.Load = st.Load
 		if out.Scheduler.Saturated {
 			out.Full = append(out.Full, "scheduler")

@@ -22,7 +22,9 @@ type Scheduler struct {
 	wg     sync.WaitGroup
 
 	workers int
-	live    atomic.Int64 // open Live sessions
+	live    atomic.Int64       // open Live sessions
+	open    map[*Live]struct{} // the same, under mu, for the expected load
+	costs   voiceCosts
 	// Load accounting: busy holds the step time (ns) not yet credited to a window; running
 	// holds each worker's step start (Unix ns, 0 when idle); mark is the last window's end.
 	// A step is credited piecewise, so one longer than a window still counts in each.
@@ -41,7 +43,7 @@ func NewScheduler(workers int) *Scheduler {
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	s := &Scheduler{workers: workers, running: make([]atomic.Int64, workers)}
+	s := &Scheduler{workers: workers, running: make([]atomic.Int64, workers), open: map[*Live]struct{}{}}
 	s.cond = sync.NewCond(&s.mu)
 	s.window.at = time.Now()
 	s.mark.Store(s.window.at.UnixNano())
@@ -70,6 +72,9 @@ type SchedulerStats struct {
 	// Load is the fraction of the workers' time spent in steps over the last second or so
 	// (1 = every worker busy all the time).
 	Load float64
+	// ExpectedLoad is the load the open sessions would make if all of them spoke, from
+	// their voices' learned costs (see Admit).
+	ExpectedLoad float64
 }
 
 // Stats reports the scheduler's load.
@@ -77,7 +82,7 @@ func (s *Scheduler) Stats() SchedulerStats {
 	s.mu.Lock()
 	q := len(s.queue)
 	s.mu.Unlock()
-	return SchedulerStats{Workers: s.workers, Sessions: int(s.live.Load()), Queued: q, Load: s.load()}
+	return SchedulerStats{Workers: s.workers, Sessions: int(s.live.Load()), Queued: q, Load: s.load(), ExpectedLoad: s.expectedLoad(nil)}
 }
 
 // SaturatedLoad is the load (SchedulerStats.Load) from which HasCapacity says no.
@@ -172,6 +177,8 @@ type Live struct {
 	builtin atomic.Bool      // every processor in use is built in: Push runs the step itself
 	stepN   atomic.Uint64
 
+	costCompute, costAudio time.Duration // the cost window (noteCost), the step's own
+
 	inMu   sync.Mutex // guards the fields below
 	inbox  []float32  // input noted but not yet processed
 	limit  int        // inbox bound: older input is dropped beyond it
@@ -205,6 +212,9 @@ func (s *Scheduler) NewLive(cfg Config, name string, proc Processor, log *slog.L
 	l.inUse = []Processor{proc}
 	l.builtin.Store(isBuiltin(proc))
 	s.live.Add(1)
+	s.mu.Lock()
+	s.open[l] = struct{}{}
+	s.mu.Unlock()
 	return l, nil
 }
 
@@ -352,6 +362,9 @@ func (l *Live) stepLocked() {
 		if chunks > 0 {
 			l.noteStep(time.Since(t0))
 		}
+		if !l.builtin.Load() {
+			l.noteCost(time.Since(t0), len(in))
+		}
 	}
 	l.inMu.Lock()
 	l.spare = in[:0]
@@ -409,4 +422,7 @@ func (l *Live) Close() {
 	l.inMu.Unlock()
 	l.work.Unlock()
 	l.sched.live.Add(-1)
+	l.sched.mu.Lock()
+	delete(l.sched.open, l)
+	l.sched.mu.Unlock()
 }

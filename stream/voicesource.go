@@ -5,7 +5,7 @@ import "fmt"
 // VoiceSource is where a session gets its voice: NewProcessor, if set, makes the voices that
 // take a reference clip for an owner (MeanVC2) and returns (nil, nil) for the others, which
 // the Registry makes. A voice from NewProcessor is a model on the Scheduler's workers: it is
-// refused with ErrBusy when they are near saturation.
+// refused with ErrBusy when it would not fit (Scheduler.Admit).
 type VoiceSource struct {
 	Registry     *Registry
 	NewProcessor func(owner, voice, ref string) (Processor, error)
@@ -21,9 +21,9 @@ func (v VoiceSource) Make(owner, name, ref string, params map[string]float64) (P
 		if err != nil {
 			return nil, err
 		}
-		if p != nil && v.Scheduler != nil && !v.Scheduler.HasCapacity() {
+		if p != nil && v.Scheduler != nil && !v.Scheduler.Admit(name, nil) {
 			CloseProcessor(p)
-			return nil, fmt.Errorf("the model workers are saturated (%w): try again later or use another voice", ErrBusy)
+			return nil, NoRoom(name)
 		}
 		proc = p
 	}

@@ -488,9 +488,9 @@ func (c *call) newVoice(name, ref string) (stream.Processor, string, error) {
 			return fail(err)
 		}
 		if proc != nil {
-			if !c.srv.sched.HasCapacity() {
+			if !c.srv.sched.Admit(name, nil) {
 				stream.CloseProcessor(proc)
-				return nil, CodeBusy, fmt.Errorf("the server's model workers are saturated (%s): try again later or use another voice", stream.ErrBusy)
+				return nil, CodeBusy, stream.NoRoom(name)
 			}
 			return proc, "", nil
 		}

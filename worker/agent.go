@@ -228,9 +228,9 @@ func (w *Worker) offer(c *agentConn, req *livekit.AvailabilityRequest) {
 	job := req.GetJob()
 	resp := &livekit.AvailabilityResponse{JobId: job.GetId()}
 	log := w.cfg.Logger.With("job", job.GetId(), "room", job.GetRoom().GetName())
-	if _, err := ParseOptions(job.GetMetadata()); err != nil {
+	if opts, err := ParseOptions(job.GetMetadata()); err != nil {
 		log.Warn("declined a job", "err", err)
-	} else if !w.admit() {
+	} else if !w.admit(opts.liveVoice(w.cfg.DefaultVoice)) {
 		log.Info("declined a job: the worker is full", "capacity", w.Capacity())
 	} else {
 		resp.Available = true
@@ -272,13 +272,13 @@ func (w *Worker) takeOffer(job string) bool {
 // assign joins the room of an assigned job and tells LiveKit how it went.
 func (w *Worker) assign(c *agentConn, a *livekit.JobAssignment) {
 	job := a.GetJob()
+	opts, err := ParseOptions(job.GetMetadata())
 	held := w.takeOffer(job.GetId())
-	if !held && !w.admit() {
+	if !held && !w.admit(opts.liveVoice(w.cfg.DefaultVoice)) {
 		w.jobStatus(c, job.GetId(), errors.New("the worker is full"))
 		return
 	}
 	defer w.admitted()
-	opts, err := ParseOptions(job.GetMetadata())
 	if err == nil {
 		url := a.GetUrl()
 		if url == "" {

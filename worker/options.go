@@ -92,3 +92,15 @@ func trunc(s string) string {
 	}
 	return s
 }
+
+// liveVoice is the live voice the options convert with (def when they name none; "" in tts
+// mode, which converts nothing).
+func (o Options) liveVoice(def string) string {
+	switch {
+	case o.Mode == ModeTTS:
+		return ""
+	case o.Voice != "":
+		return o.Voice
+	}
+	return def
+}

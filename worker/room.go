@@ -44,6 +44,7 @@ type Room struct {
 
 	mu      sync.Mutex
 	convs   map[string]*conversion // by the remote track's SID
+	waiting map[string]bool        // tracks whose conversion is starting (or waits for capacity)
 	speaker *rtc.Speaker
 	wg      sync.WaitGroup
 	ended   bool
@@ -70,7 +71,7 @@ func (s sampleWriter) WriteSample(m media.Sample) error { return s.t.WriteSample
 func (w *Worker) join(url, token, name, job string, opts Options, onLeave func()) (*Room, error) {
 	ctx, cancel := context.WithCancel(w.ctx)
 	r := &Room{w: w, name: name, job: job, opts: opts, onLeave: onLeave, started: time.Now(), ctx: ctx, cancel: cancel,
-		convs: map[string]*conversion{}, done: make(chan struct{}),
+		convs: map[string]*conversion{}, waiting: map[string]bool{}, done: make(chan struct{}),
 		log: w.cfg.Logger.With("room", name, "job", job, "mode", opts.Mode)}
 	cb := lksdk.NewRoomCallback()
 	cb.OnDisconnected = func() { go r.leave("disconnected") }
@@ -112,14 +113,54 @@ func (r *Room) trackSubscribed(tr *webrtc.TrackRemote, pub *lksdk.RemoteTrackPub
 	if r.ended {
 		return
 	}
+	sid := pub.SID()
+	r.waiting[sid] = true
 	// Off the SDK's goroutine: making a model voice (a speaker embedding) takes a while.
-	r.wg.Go(func() {
-		if err := r.startConversion(tr, pub.SID(), rp.Identity()); err != nil {
-			code, msg := stream.ClientError(r.log, "conversion", err, stream.CodeInternal)
-			r.log.Warn("cannot convert track", "participant", rp.Identity(), "code", code, "err", msg)
-			r.event(rtc.Message{Type: "error", Code: code, Message: fmt.Sprintf("%s: %s", rp.Identity(), msg)})
+	r.wg.Go(func() { r.convert(tr, sid, rp.Identity()) })
+}
+
+// busyRetry is how often a track refused for want of capacity is tried again.
+const busyRetry = 5 * time.Second
+
+// convert starts converting a track; when the worker is busy it tries again every busyRetry
+// for as long as the track stays subscribed, so that a microphone refused at a busy moment
+// is converted once capacity frees up.
+func (r *Room) convert(tr *webrtc.TrackRemote, sid, identity string) {
+	defer func() {
+		r.mu.Lock()
+		delete(r.waiting, sid)
+		r.mu.Unlock()
+	}()
+	for told := false; ; {
+		err := r.startConversion(tr, sid, identity)
+		if err == nil || errors.Is(err, errRoomClosing) {
+			return
 		}
-	})
+		busy := errors.Is(err, stream.ErrBusy)
+		if !told || !busy {
+			code, msg := stream.ClientError(r.log, "conversion", err, stream.CodeInternal)
+			if busy {
+				msg += fmt.Sprintf(" (trying again every %v)", busyRetry)
+			}
+			r.log.Warn("cannot convert track", "participant", identity, "code", code, "err", msg)
+			r.event(rtc.Message{Type: "error", Code: code, Message: fmt.Sprintf("%s: %s", identity, msg)})
+			told = true
+		}
+		if !busy {
+			return
+		}
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-time.After(busyRetry):
+		}
+		r.mu.Lock()
+		still := r.waiting[sid]
+		r.mu.Unlock()
+		if !still {
+			return // unsubscribed meanwhile
+		}
+	}
 }
 
 func (r *Room) startConversion(tr *webrtc.TrackRemote, sid, identity string) (err error) {
@@ -145,49 +186,61 @@ func (r *Room) startConversion(tr *webrtc.TrackRemote, sid, identity string) (er
 		stream.CloseProcessor(proc)
 		return err
 	}
-	track, err := lksdk.NewLocalSampleTrack(opusTrack)
-	if err == nil {
-		var pub *lksdk.LocalTrackPublication
-		pub, err = r.lk.LocalParticipant.PublishTrack(track, &lksdk.TrackPublicationOptions{Name: "voxpipe:" + identity, Source: livekit.TrackSource_MICROPHONE})
-		if err == nil {
-			ctx, cancel := context.WithCancel(r.ctx)
-			c := &conversion{identity: identity, live: live, track: track, pub: pub, cancel: cancel, done: make(chan struct{}),
-				pipe: rtc.NewPipe(rtc.PipeConfig{ID: r.name + "/" + identity, Jitter: r.w.cfg.Jitter, Encoder: r.w.cfg.Encoder, Log: log,
-					OnStats: func(_ rtc.StatsMessage, rep rtc.SessionReport) {
-						if r.w.cfg.OnStats != nil {
-							r.w.cfg.OnStats(rep)
-						}
-					}})}
-			r.mu.Lock()
-			if r.ended {
-				r.mu.Unlock()
-				cancel()
-				r.unpublish(pub)
-				live.Close()
-				stream.CloseProcessor(proc)
-				return errors.New("room is closing")
-			}
-			if old := r.convs[sid]; old != nil { // subscribed again: the new one replaces it
-				defer r.finish(old)
-			}
-			r.convs[sid] = c
-			r.wg.Add(2)
-			r.mu.Unlock()
-			go func() { defer r.wg.Done(); c.pipe.Feed(tr) }()
-			go func() {
-				defer r.wg.Done()
-				defer close(c.done)
-				if err := stream.Guard(log, "conversion", func() error { return c.pipe.Run(ctx, live, sampleWriter{track}) }); err != nil {
-					log.Error("conversion ended", "err", err)
-				}
-			}()
-			log.Info("converting", "track", sid)
-			return nil
-		}
+	track, pub, err := r.publish("voxpipe:" + identity)
+	if err != nil {
+		live.Close()
+		stream.CloseProcessor(proc)
+		return err
 	}
-	live.Close()
-	stream.CloseProcessor(proc)
-	return fmt.Errorf("publish track: %w", err)
+	ctx, cancel := context.WithCancel(r.ctx)
+	c := &conversion{identity: identity, live: live, track: track, pub: pub, cancel: cancel, done: make(chan struct{}),
+		pipe: rtc.NewPipe(rtc.PipeConfig{ID: r.name + "/" + identity, Jitter: r.w.cfg.Jitter, Encoder: r.w.cfg.Encoder, Log: log,
+			OnStats: func(_ rtc.StatsMessage, rep rtc.SessionReport) {
+				if r.w.cfg.OnStats != nil {
+					r.w.cfg.OnStats(rep)
+				}
+			}})}
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		cancel()
+		r.unpublish(pub)
+		live.Close()
+		stream.CloseProcessor(proc)
+		return errRoomClosing
+	}
+	if old := r.convs[sid]; old != nil { // subscribed again: the new one replaces it
+		defer r.finish(old)
+	}
+	r.convs[sid] = c
+	r.wg.Add(2)
+	r.mu.Unlock()
+	go func() { defer r.wg.Done(); c.pipe.Feed(tr) }()
+	go func() {
+		defer r.wg.Done()
+		defer close(c.done)
+		if err := stream.Guard(log, "conversion", func() error { return c.pipe.Run(ctx, live, sampleWriter{track}) }); err != nil {
+			log.Error("conversion ended", "err", err)
+		}
+	}()
+	log.Info("converting", "track", sid)
+	return nil
+}
+
+// errRoomClosing ends a conversion that was starting when the room was left.
+var errRoomClosing = errors.New("room is closing")
+
+// publish publishes an Opus track of the worker's.
+func (r *Room) publish(name string) (*lksdk.LocalTrack, *lksdk.LocalTrackPublication, error) {
+	track, err := lksdk.NewLocalSampleTrack(opusTrack)
+	if err != nil {
+		return nil, nil, err
+	}
+	pub, err := r.lk.LocalParticipant.PublishTrack(track, &lksdk.TrackPublicationOptions{Name: name, Source: livekit.TrackSource_MICROPHONE})
+	if err != nil {
+		return nil, nil, fmt.Errorf("publish track %s: %w", name, err)
+	}
+	return track, pub, nil
 }
 
 // stopConversion ends the conversion of a track that went away.
@@ -195,6 +248,7 @@ func (r *Room) stopConversion(sid string) {
 	r.mu.Lock()
 	c := r.convs[sid]
 	delete(r.convs, sid)
+	delete(r.waiting, sid)
 	r.mu.Unlock()
 	if c != nil {
 		r.finish(c)
@@ -241,12 +295,9 @@ func (r *Room) startSpeaker() error {
 		cfg.Admission = adm(syn.Info().Name)
 	}
 	sp := rtc.NewSpeaker(cfg)
-	track, err := lksdk.NewLocalSampleTrack(opusTrack)
+	track, _, err := r.publish("voxpipe:tts")
 	if err != nil {
 		return err
-	}
-	if _, err := r.lk.LocalParticipant.PublishTrack(track, &lksdk.TrackPublicationOptions{Name: "voxpipe:tts", Source: livekit.TrackSource_MICROPHONE}); err != nil {
-		return fmt.Errorf("publish track: %w", err)
 	}
 	pipe := rtc.NewPipe(rtc.PipeConfig{ID: r.name + "/tts", Encoder: r.w.cfg.Encoder, Log: r.log,
 		Source: func(out []float32) bool { sp.Pull(out); return true }})

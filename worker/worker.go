@@ -149,7 +149,7 @@ func (w *Worker) Join(name string, opts Options) (*Room, error) {
 	if name == "" || len(name) > 256 {
 		return nil, stream.Mark(errors.New("a room name of 1 to 256 bytes is required"), stream.ErrBadParams)
 	}
-	if !w.admit() {
+	if !w.admit(opts.liveVoice(w.cfg.DefaultVoice)) {
 		return nil, fmt.Errorf("this worker is full (%w)", stream.ErrBusy)
 	}
 	defer w.admitted()
@@ -193,11 +193,12 @@ func (w *Worker) token(room, identity string) (string, error) {
 		SetValidFor(time.Hour).ToJWT()
 }
 
-// admit reserves a room for a job about to join; false when the worker is full.
-func (w *Worker) admit() bool {
+// admit reserves a room for a job about to join with voice ("" for none); false when the
+// worker is full or the voice would not fit on the scheduler (stream.Scheduler.Admit).
+func (w *Worker) admit(voice string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.rooms)+w.pending >= w.cfg.MaxRooms || !w.sched.HasCapacity() || w.ctx.Err() != nil {
+	if len(w.rooms)+w.pending >= w.cfg.MaxRooms || !w.sched.Admit(voice, nil) || w.ctx.Err() != nil {
 		return false
 	}
 	w.pending++
@@ -261,8 +262,11 @@ type Capacity struct {
 	Tracks    int     `json:"tracks"` // microphones being converted
 	MaxTracks int     `json:"max_tracks"`
 	Scheduler float64 `json:"scheduler_load"` // the model workers' busy fraction
+	// Expected is the scheduler load the open conversions would make if all of them spoke
+	// (their voices' learned costs).
+	Expected float64 `json:"scheduler_expected_load"`
 	// Load is what LiveKit's dispatch weighs workers by (0 idle … 1 full): the largest of
-	// rooms, tracks and the scheduler's load, each over its limit.
+	// rooms, tracks and the scheduler's load (measured or expected), each over its limit.
 	Load       float64 `json:"load"`
 	Accepting  bool    `json:"accepting"`
 	Registered bool    `json:"registered"` // registered with LiveKit as an agent worker
@@ -273,10 +277,10 @@ func (w *Worker) Capacity() Capacity {
 	st := w.sched.Stats()
 	w.mu.Lock()
 	c := Capacity{Rooms: len(w.rooms) + w.pending, MaxRooms: w.cfg.MaxRooms, Tracks: w.tracks, MaxTracks: w.cfg.MaxTracks,
-		Scheduler: st.Load, Registered: w.workerID != ""}
+		Scheduler: st.Load, Expected: st.ExpectedLoad, Registered: w.workerID != ""}
 	w.mu.Unlock()
-	c.Load = min(1, max(float64(c.Rooms)/float64(c.MaxRooms), float64(c.Tracks)/float64(c.MaxTracks), st.Load/stream.SaturatedLoad))
-	c.Accepting = c.Rooms < c.MaxRooms && c.Tracks < c.MaxTracks && w.sched.HasCapacity() && w.ctx.Err() == nil
+	c.Load = min(1, max(float64(c.Rooms)/float64(c.MaxRooms), float64(c.Tracks)/float64(c.MaxTracks), max(st.Load, st.ExpectedLoad)/stream.SaturatedLoad))
+	c.Accepting = c.Rooms < c.MaxRooms && c.Tracks < c.MaxTracks && w.sched.Admit(w.cfg.DefaultVoice, nil) && w.ctx.Err() == nil
 	return c
 }
 

@@ -227,3 +227,64 @@ func body(resp *http.Response) string {
 	resp.Body.Close()
 	return string(b)
 }
+
+// slow is a model-like voice: a 16 kHz passthrough whose chunks take sleep each.
+type slow struct {
+	*stream.Delay
+	sleep time.Duration
+}
+
+func (s slow) Process(out, in []float32) ([]float32, error) {
+	time.Sleep(s.sleep)
+	return s.Delay.Process(out, in)
+}
+
+// A microphone refused because the scheduler has no room for its voice (admission by learned
+// cost) is converted once the room frees up, without the participant doing anything.
+func TestBusyTrackIsConvertedOnceCapacityFrees(t *testing.T) {
+	const step = 28 * time.Millisecond // per 40 ms chunk: 0.7 of a worker, 0.35 of two
+	sched := stream.NewScheduler(2)
+	defer sched.Close()
+	heavy := func(_, name, _ string) (stream.Processor, error) {
+		if name != "heavy" {
+			return nil, nil
+		}
+		return slow{stream.NewDelay(16000, 640, 0), step}, nil
+	}
+	// A session of the voice runs for a while: the scheduler learns its cost. While it is
+	// open, one more session of the voice fits, a second does not.
+	hog, err := sched.NewLive(stream.Config{IORate: 16000}, "heavy", slow{stream.NewDelay(16000, 640, 0), step}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hog.Close()
+	for range 30 {
+		hog.Push(make([]float32, 640), time.Now())
+		time.Sleep(40 * time.Millisecond)
+	}
+	cost, _ := sched.VoiceCost("heavy")
+	if cost < 0.57 || cost >= 0.85 {
+		t.Skipf("learned cost %.2f of a worker: this machine is too loaded to set the test up (needs 0.57…0.85)", cost)
+	}
+
+	lk := lktest.Start(t)
+	w := startWorker(t, lk, worker.Config{AgentName: "busy-test", Scheduler: sched, NewProcessor: heavy})
+	alice := lktest.Join(t, lk, "busy", "alice")
+	alice.Microphone(t)
+	dispatch(t, lk, "busy-test", "busy", `{"voice":"heavy"}`)
+	alice.WaitTrack(t, "voxpipe:alice", 20*time.Second)
+	bob := lktest.Join(t, lk, "busy", "bob")
+	bob.Microphone(t)
+	lktest.Eventually(t, "a busy error for bob's microphone", 20*time.Second, func() bool {
+		m := bob.Event("error", "")
+		return m != nil && m.Code == stream.CodeBusy && strings.HasPrefix(m.Message, "bob: ")
+	})
+	if c := w.Capacity(); c.Tracks != 1 {
+		t.Fatalf("with bob refused: %+v", c)
+	}
+	hog.Close()
+	bob.WaitTrack(t, "voxpipe:bob", 15*time.Second)
+	if c := w.Capacity(); c.Tracks != 2 {
+		t.Fatalf("after capacity freed: %+v", c)
+	}
+}

@@ -147,6 +147,9 @@ func (m *Metrics) Scheduler(s *stream.Scheduler) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_scheduler_load",
 			Help: "Fraction of the scheduler workers' time spent running live sessions' steps."}, func() float64 { return s.Stats().Load }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_scheduler_expected_load",
+			Help: "The load the open live sessions would make if all of them spoke, from their voices' learned costs; admission keeps it under the saturation limit."},
+			func() float64 { return s.Stats().ExpectedLoad }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_scheduler_queued",
 			Help: "Live sessions whose step waits for a worker."}, func() float64 { return float64(s.Stats().Queued) }),
 	)

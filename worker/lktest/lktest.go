@@ -118,6 +118,7 @@ logging:
 	}
 	cmd := exec.Command(bin, "--config", filepath.Join(dir, "livekit.yaml"), "--node-ip", "127.0.0.1")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	dieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -246,15 +247,22 @@ func (p *Participant) Received(name string) rtcclient.Received {
 // WaitTrack waits for a subscription to the named track.
 func (p *Participant) WaitTrack(t testing.TB, name string, timeout time.Duration) {
 	t.Helper()
+	if !p.AwaitTrack(name, timeout) {
+		t.Fatalf("no track %q within %v", name, timeout)
+	}
+}
+
+// AwaitTrack waits for a subscription to the named track, and says whether it came.
+func (p *Participant) AwaitTrack(name string, timeout time.Duration) bool {
 	deadline := time.After(timeout)
 	for {
 		select {
 		case got := <-p.subbed:
 			if got == name {
-				return
+				return true
 			}
 		case <-deadline:
-			t.Fatalf("no track %q within %v", name, timeout)
+			return false
 		}
 	}
 }
