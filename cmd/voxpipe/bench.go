@@ -36,12 +36,12 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
   loopback  real WebRTC sessions over loopback: latency p50/p95 and its parts, CPU per session, RTF, late frames, dropped audio
   planner   memory plan of a model-shaped graph: arena vs naive bytes, persistent bytes
-  gemm      our matmul against OpenBLAS called directly, GFLOP/s at model shapes
+  gemm      our matmul against OpenBLAS called directly, GFLOP/s at each model's own shapes (MeanVC2, MioTTS, MioCodec), per part and against the peak
   gemv      one decode-step Linear (1×1024×3072) with F32, F16, Q8_0 (and Q8_0R8) weights: µs and GB/s
   dispatch  engine overhead per node on a graph of 1000 tiny ops
   tts-load  N concurrent TTS WebSocket sessions against a server: time to first audio p50/p95, rejected, late chunks, CPU
   soak      WebRTC sessions and TTS streams joining and leaving for --minutes: server RSS, heap, goroutines, fds flat
-  miotts    MioTTS + MioCodec: prefill, decode tokens/s, speaker embedding, codec RTF, time to first audio, peak RSS
+  miotts    MioTTS + MioCodec: prefill, decode tokens/s (mean over all steps with the model's sampler, and p50), speaker embedding, codec RTF, time to first audio, peak RSS
   meanvc2   MeanVC2 (either variant): rtf_total, chunk p50/p90, live-path latency, speaker embedding time and memory, WavLM arena, per-session memory, peak RSS, --sessions N`)
 		return errors.New("unknown or missing benchmark")
 	}

@@ -13,6 +13,13 @@ import (
 	"github.com/voxpipe/voxpipe/cgo"
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/models/conformer"
+	"github.com/voxpipe/voxpipe/models/ecapa"
+	"github.com/voxpipe/voxpipe/models/meanvc2"
+	"github.com/voxpipe/voxpipe/models/miocodec"
+	"github.com/voxpipe/voxpipe/models/miotts"
+	"github.com/voxpipe/voxpipe/models/qwen3"
+	"github.com/voxpipe/voxpipe/models/vocos"
 	"github.com/voxpipe/voxpipe/models/wavlm"
 )
 
@@ -100,63 +107,405 @@ func runBenchDispatch(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// gemmShapes are matmuls the models run: M×K×N with the weight [N, K] as in nn.Linear.
-var gemmShapes = [][3]int{{160, 512, 512}, {16, 512, 1536}, {1, 1024, 3072}, {500, 1024, 4096}}
+// gemmShape is one kind of matrix product a model runs: x [M, K] · Wᵀ with W [N, K] (as
+// nn.Linear stores it), Count times per Unit of the model's work. Conv marks a convolution
+// listed by the GEMM its im2col form would be (M output positions, K = Cin·kernel, N = Cout):
+// the engine runs those through its conv kernels, so the row shows what the product costs,
+// not what that kernel does.
+type gemmShape struct {
+	Model string `json:"model"`
+	Part  string `json:"part"`
+	Unit  string `json:"unit"`
+	Kind  string `json:"kind"`
+	M     int    `json:"m"`
+	K     int    `json:"k"`
+	N     int    `json:"n"`
+	Count int    `json:"count"`
+	Conv  bool   `json:"conv,omitempty"`
+}
+
+func (s gemmShape) flops() float64 { return 2 * float64(s.M) * float64(s.K) * float64(s.N) }
+
+// miottsPrefillTokens is the prompt length of `bench miotts` (58 tokens: a short sentence).
+const miottsPrefillTokens = 58
+
+// modelGemmShapes lists the products of the models' graphs at their real sizes: the
+// configurations `voxpipe mkmodel` writes (meanvc2.DefaultConfig, conformer.RealConfig,
+// vocos.RealDims, wavlm.RealLarge, ecapa.RealDims; qwen3.Sizes["0.6b"]; MioCodec's
+// RealConfigYAML and RealTensors), with the rows each graph gives them (models/meanvc2
+// dit.go buildStep, models/conformer build, models/vocos, models/wavlm, models/qwen3 build,
+// models/miocodec Decoder.build and its Stream windows).
+func modelGemmShapes() ([]gemmShape, error) {
+	var out []gemmShape
+	add := func(model, part, unit string, rows ...gemmShape) {
+		for _, r := range rows {
+			r.Model, r.Part, r.Unit = model, part, unit
+			if r.M > 0 && r.K > 0 && r.N > 0 && r.Count > 0 {
+				out = append(out, r)
+			}
+		}
+	}
+
+	// MeanVC2, 120 ms + 40 ms model. The DiT sees Window() = chunk + lookahead frames per
+	// call, ODESteps calls per DiT step, one step per 120 ms of audio.
+	vc := meanvc2.DefaultConfig()
+	W, inner, depth := vc.Window(), vc.Heads*vc.DimHead, vc.Depth
+	add("meanvc2", "dit", fmt.Sprintf("DiT call (%d frames; %d per DiT step, one step per %d ms)", W, vc.Runtime.ODESteps, 10*vc.ChunkSize),
+		gemmShape{Kind: "time_mlp.0 (t and r)", M: 1, K: vc.TimeFreqDim, N: vc.Dim, Count: 2},
+		gemmShape{Kind: "time_mlp.2 (t and r)", M: 1, K: vc.Dim, N: vc.Dim, Count: 2},
+		gemmShape{Kind: "adaln modulation", M: 1, K: vc.Dim, N: 6 * vc.Dim, Count: depth},
+		gemmShape{Kind: "norm_out modulation", M: 1, K: vc.Dim, N: 2 * vc.Dim, Count: 1},
+		gemmShape{Kind: "tvt q", M: W, K: vc.BNDim, N: vc.TVTAttnDim, Count: 1},
+		gemmShape{Kind: "tvt k, v (GTM slots)", M: vc.GTMSlots, K: vc.GTMHidden, N: vc.TVTAttnDim, Count: 2},
+		gemmShape{Kind: "tvt out", M: W, K: vc.TVTAttnDim, N: vc.BNDim, Count: 1},
+		gemmShape{Kind: "input_embed", M: W, K: vc.MelDim + vc.BNDim + vc.SpkDim, N: vc.Dim, Count: 1},
+		gemmShape{Kind: "attn q, k, v", M: W, K: vc.Dim, N: inner, Count: 3 * depth},
+		gemmShape{Kind: "attn out", M: W, K: inner, N: vc.Dim, Count: depth},
+		gemmShape{Kind: "ff.0", M: W, K: vc.Dim, N: vc.FF, Count: depth},
+		gemmShape{Kind: "ff.2", M: W, K: vc.FF, N: vc.Dim, Count: depth},
+		gemmShape{Kind: "proj_out", M: W, K: vc.Dim, N: vc.MelDim, Count: 1},
+	)
+	asr := conformer.RealConfig()
+	nf := asr.Stream.Window
+	T := conformer.OutFrames(nf)
+	d, blocks := asr.OutputSize, asr.NumBlocks
+	// Conv2dSubsampling4: two 3×3 stride-2 convs over [frames, bins].
+	f1 := (asr.InputDim-3)/2 + 1
+	f2 := (f1-3)/2 + 1
+	R, KC := asr.Stream.RequiredCache, asr.CNNKernel-1
+	add("meanvc2", "asr", fmt.Sprintf("ASR window (%d fbank frames → %d BN frames, one per 160 ms)", nf, T),
+		gemmShape{Kind: "embed.conv.2 (3×3 s2)", M: T * f2, K: asr.SubsampleChannels * 9, N: asr.SubsampleChannels, Count: 1, Conv: true},
+		gemmShape{Kind: "embed.out", M: T, K: asr.SubsampleChannels * f2, N: d, Count: 1},
+		gemmShape{Kind: "ffn w_1 (macaron and final)", M: T, K: d, N: asr.LinearUnits, Count: 2 * blocks},
+		gemmShape{Kind: "ffn w_2 (macaron and final)", M: T, K: asr.LinearUnits, N: d, Count: 2 * blocks},
+		gemmShape{Kind: "attn q, k, v, out", M: T, K: d, N: d, Count: 4 * blocks},
+		gemmShape{Kind: "attn linear_pos (cache + window)", M: R + T, K: d, N: d, Count: blocks},
+		gemmShape{Kind: "conv pointwise_conv1 (cache + window)", M: KC + T, K: d, N: 2 * d, Count: blocks},
+		gemmShape{Kind: "conv pointwise_conv2", M: T, K: d, N: d, Count: blocks},
+	)
+	voc := vocos.RealDims
+	vf := vc.Runtime.VocoderOverlap + vc.ChunkSize
+	add("meanvc2", "vocoder", fmt.Sprintf("vocoder step (%d mel frames, one per DiT step)", vf),
+		gemmShape{Kind: fmt.Sprintf("embed conv k%d", voc.Kernel), M: vf, K: voc.Mels * voc.Kernel, N: voc.Dim, Count: 1, Conv: true},
+		gemmShape{Kind: "pwconv1", M: vf, K: voc.Dim, N: voc.Inter, Count: voc.Layers},
+		gemmShape{Kind: "pwconv2", M: vf, K: voc.Inter, N: voc.Dim, Count: voc.Layers},
+		gemmShape{Kind: "head", M: vf, K: voc.Dim, N: voc.NFFT + 2, Count: 1},
+	)
+	wl := wavlm.RealLarge()
+	samples := 10 * 16000
+	frames := wl.Frames(samples)
+	conv1 := (samples-wl.ConvKernels[0])/wl.ConvStrides[0] + 1 // after conv 0
+	conv1 = (conv1-wl.ConvKernels[1])/wl.ConvStrides[1] + 1
+	last := wl.ConvDims[len(wl.ConvDims)-1]
+	add("meanvc2", "speaker wavlm-large", fmt.Sprintf("10 s reference (%d frames)", frames),
+		gemmShape{Kind: fmt.Sprintf("feature conv 1 (k%d s%d)", wl.ConvKernels[1], wl.ConvStrides[1]), M: conv1, K: wl.ConvDims[0] * wl.ConvKernels[1], N: wl.ConvDims[1], Count: 1, Conv: true},
+		gemmShape{Kind: "post_extract_proj", M: frames, K: last, N: wl.Hidden, Count: 1},
+		gemmShape{Kind: "attn q, k, v, out", M: frames, K: wl.Hidden, N: wl.Hidden, Count: 4 * wl.Layers},
+		gemmShape{Kind: "ffn in", M: frames, K: wl.Hidden, N: wl.FFN, Count: wl.Layers},
+		gemmShape{Kind: "ffn out", M: frames, K: wl.FFN, N: wl.Hidden, Count: wl.Layers},
+	)
+	ec := ecapa.RealDims
+	add("meanvc2", "speaker ecapa", fmt.Sprintf("10 s reference (%d frames)", frames),
+		gemmShape{Kind: fmt.Sprintf("layer1 conv k%d", ec.Kernel1), M: frames, K: ec.Feat * ec.Kernel1, N: ec.Channels, Count: 1, Conv: true},
+		gemmShape{Kind: "SE-Res2 1×1 convs", M: frames, K: ec.Channels, N: ec.Channels, Count: 6, Conv: true},
+		gemmShape{Kind: "mfa 1×1 conv", M: frames, K: 3 * ec.Channels, N: ec.MFA, Count: 1, Conv: true},
+	)
+
+	// MioTTS 0.6B LM: a prompt prefill and single-token decode steps; the output head is
+	// restricted to the speech tokens and EOS and runs on the last row only.
+	q := qwen3.Sizes["0.6b"]
+	qd, kvd := q.Heads*q.HeadDim, q.KVHeads*q.HeadDim
+	head := miotts.SpeechTokens + 1
+	lm := func(rows int) []gemmShape {
+		return []gemmShape{
+			{Kind: "q_proj", M: rows, K: q.Hidden, N: qd, Count: q.Layers},
+			{Kind: "k_proj, v_proj", M: rows, K: q.Hidden, N: kvd, Count: 2 * q.Layers},
+			{Kind: "o_proj", M: rows, K: qd, N: q.Hidden, Count: q.Layers},
+			{Kind: "gate_proj, up_proj", M: rows, K: q.Hidden, N: q.FFN, Count: 2 * q.Layers},
+			{Kind: "down_proj", M: rows, K: q.FFN, N: q.Hidden, Count: q.Layers},
+			{Kind: "head (speech tokens + EOS, last row)", M: 1, K: q.Hidden, N: head, Count: 1},
+		}
+	}
+	add("miotts", "prefill", fmt.Sprintf("prompt of %d tokens", miottsPrefillTokens), lm(miottsPrefillTokens)...)
+	add("miotts", "decode", "token", lm(1)...)
+
+	// MioCodec decoder over one stream window: core + context on both sides, tokens → 2
+	// decoder frames per token → ×3 ×3 upsampling → STFT frames.
+	mc, err := miocodec.ParseConfig(miocodec.RealConfigYAML())
+	if err != nil {
+		return nil, err
+	}
+	ffn := map[string]int{}
+	for _, t := range miocodec.RealTensors() {
+		for _, pre := range []string{"wave_prenet", "wave_decoder"} {
+			if t.Name == pre+".layers.0.feed_forward.w1.weight" {
+				ffn[pre] = t.Shape[0]
+			}
+		}
+	}
+	if ffn["wave_prenet"] == 0 || ffn["wave_decoder"] == 0 {
+		return nil, errors.New("bench gemm: MioCodec's table lacks the feed-forward widths")
+	}
+	win := miocodec.DefaultCore + 2*miocodec.DefaultContext
+	pd, dd := mc.WavePrenet.Dim, mc.WaveDecoder.Dim
+	f0 := win * mc.WaveUpsample
+	rows := []gemmShape{
+		{Kind: "prenet wq, wk, wv, wo", M: win, K: pd, N: pd, Count: 4 * mc.WavePrenet.Layers},
+		{Kind: "prenet w1, w3", M: win, K: pd, N: ffn["wave_prenet"], Count: 2 * mc.WavePrenet.Layers},
+		{Kind: "prenet w2", M: win, K: ffn["wave_prenet"], N: pd, Count: mc.WavePrenet.Layers},
+		{Kind: "prenet output", M: win, K: pd, N: dd, Count: 1},
+		{Kind: fmt.Sprintf("prior/post resnet conv k%d", mc.ResNetKernel), M: f0, K: dd * mc.ResNetKernel, N: dd, Count: 2 * 2 * mc.ResNetBlocks, Conv: true},
+		{Kind: "decoder wq, wk, wv, wo", M: f0, K: dd, N: dd, Count: 4 * mc.WaveDecoder.Layers},
+		{Kind: "decoder w1, w3", M: f0, K: dd, N: ffn["wave_decoder"], Count: 2 * mc.WaveDecoder.Layers},
+		{Kind: "decoder w2", M: f0, K: ffn["wave_decoder"], N: dd, Count: mc.WaveDecoder.Layers},
+		{Kind: "decoder adaLN", M: 1, K: mc.WaveDecoder.CondDim, N: 3 * dd, Count: 2 * mc.WaveDecoder.Layers},
+	}
+	f, c := f0, dd
+	for i, up := range mc.UpsamplerFactors {
+		f, c = f*up, c/2
+		rows = append(rows, gemmShape{Kind: fmt.Sprintf("upsampler %d resnet conv k%d", i, mc.ResNetKernel), M: f, K: c * mc.ResNetKernel, N: c, Count: 2, Conv: true})
+	}
+	bins := mc.NFFT + 2
+	rows = append(rows,
+		gemmShape{Kind: "upsampler out_proj", M: f, K: c, N: dd, Count: 1},
+		gemmShape{Kind: "istft_head", M: f, K: dd, N: bins, Count: 1},
+		gemmShape{Kind: "inverse DFT (matmul)", M: f, K: bins, N: mc.NFFT, Count: 1})
+	add("miocodec", "decode", fmt.Sprintf("stream window (%d tokens: %d emitted)", win, miocodec.DefaultCore), rows...)
+	return out, nil
+}
+
+// gemmRow is one shape's measurement.
+type gemmRow struct {
+	Bench string `json:"bench"`
+	gemmShape
+	DType          string  `json:"dtype"` // our weights' encoding (OpenBLAS is F32)
+	Threads        int     `json:"threads"`
+	PerCall        int     `json:"per_call"`
+	OursUs         float64 `json:"ours_us"`
+	OpenBLASUs     float64 `json:"openblas_us"`
+	OursGFLOPS     float64 `json:"ours_gflops"`
+	OpenBLASGFLOPS float64 `json:"openblas_gflops"`
+	Ratio          float64 `json:"ratio"` // OpenBLAS time ÷ ours: > 1 is ours faster
+}
+
+// gemmPart is the sum over a model part's products per unit of its work.
+type gemmPart struct {
+	Bench      string  `json:"bench"`
+	Model      string  `json:"model"`
+	Part       string  `json:"part"`
+	Unit       string  `json:"unit"`
+	Products   int     `json:"products"`
+	GFLOP      float64 `json:"gflop"`
+	OursMs     float64 `json:"ours_ms"`
+	OpenBLASMs float64 `json:"openblas_ms"`
+	OursGFLOPS float64 `json:"ours_gflops"`
+	// PeakFraction is OursGFLOPS over the machine's peak (GemmPeak.GFLOPS) when measured.
+	PeakFraction float64 `json:"peak_fraction,omitempty"`
+	Ratio        float64 `json:"ratio"`
+}
+
+// gemmPeak is a large square product, the machine's practical peak.
+type gemmPeak struct {
+	Bench          string  `json:"bench"`
+	M              int     `json:"m"`
+	K              int     `json:"k"`
+	N              int     `json:"n"`
+	Threads        int     `json:"threads"`
+	OursGFLOPS     float64 `json:"ours_gflops"`
+	OpenBLASGFLOPS float64 `json:"openblas_gflops"`
+	GFLOPS         float64 `json:"gflops"` // the better of the two (each the best of its rounds)
+}
 
 func runBenchGemm(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench gemm", "bench gemm [--threads N] [--json]", stderr)
+	fs := newFlags("bench gemm", "bench gemm [--threads N] [--model meanvc2|miotts|miocodec] [--dtype f32|f16|q8_0] [--per-call 16] [--rounds 5] [--peak 2048] [--json]", stderr)
 	threads := fs.Int("threads", 2, "threads for both our engine and OpenBLAS")
-	asJSON := fs.Bool("json", false, "print one JSON object per shape")
+	only := fs.String("model", "", "only this model's shapes (meanvc2, miotts or miocodec; default all)")
+	dtype := fs.String("dtype", "f32", "our weights' encoding: f32, f16 or q8_0 (Q8_0 where K is a multiple of 32, as the model files store them; OpenBLAS is always F32)")
+	perCall := fs.Int("per-call", 16, "products per engine program run and per OpenBLAS cgo call, as a model's program runs many in one call (products of 0.2 GFLOP or more run fewer, down to one)")
+	rounds := fs.Int("rounds", 5, "alternating timed rounds per shape (the median is reported)")
+	peak := fs.Int("peak", 2048, "size of the square product measured as the machine's peak, the best of the rounds (0: skip)")
+	asJSON := fs.Bool("json", false, "print one JSON object per shape, per model part and for the peak")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	switch {
+	case *threads < 1:
+		return errors.New("--threads must be ≥ 1")
+	case *perCall < 1 || *perCall > 256:
+		return errors.New("--per-call must be in [1, 256]")
+	case *rounds < 1 || *rounds > 99:
+		return errors.New("--rounds must be in [1, 99]")
+	case *peak < 0 || *peak > 8192:
+		return errors.New("--peak must be in [0, 8192]")
+	}
+	var wdt engine.DType
+	switch *dtype {
+	case "f32":
+		wdt = engine.F32
+	case "f16":
+		wdt = engine.F16
+	case "q8_0":
+		wdt = engine.Q8_0
+	default:
+		return fmt.Errorf("unknown --dtype %q (f32, f16 or q8_0)", *dtype)
+	}
+	shapes, err := modelGemmShapes()
+	if err != nil {
+		return err
+	}
+	if *only != "" {
+		shapes = slices.DeleteFunc(shapes, func(s gemmShape) bool { return s.Model != *only })
+		if len(shapes) == 0 {
+			return fmt.Errorf("unknown --model %q (meanvc2, miotts or miocodec)", *only)
+		}
 	}
 	cpu, err := engine.NewCPU(*threads)
 	if err != nil {
 		return err
 	}
 	defer cpu.Close()
-	for _, s := range gemmShapes {
-		m, k, n := s[0], s[1], s[2]
-		flops := 2 * float64(m) * float64(k) * float64(n)
-		res := map[string]any{"bench": "gemm", "m": m, "k": k, "n": n, "threads": *threads}
-		// One matmul per call shows the cost of a call on its own; 16 per call is how a model's
-		// program runs them (a whole graph in one call).
-		for _, per := range []struct {
-			name string
-			n    int
-		}{{"per_call", 1}, {"in_plan", 16}} {
-			ours, blas, err := gemmPair(cpu, *threads, m, k, n, per.n)
-			if err != nil {
+	emit := func(v any) error { return json.NewEncoder(stdout).Encode(v) }
+
+	var pk *gemmPeak
+	if *peak > 0 {
+		fmt.Fprintf(stderr, "peak: %d³…\n", *peak)
+		p := *peak
+		ours, blas, _, err := gemmPair(cpu, *threads, p, p, p, 1, engine.F32, -*rounds)
+		if err != nil {
+			return err
+		}
+		fl := 2 * float64(p) * float64(p) * float64(p)
+		pk = &gemmPeak{Bench: "gemm_peak", M: p, K: p, N: p, Threads: *threads,
+			OursGFLOPS: fl / ours.Seconds() / 1e9, OpenBLASGFLOPS: fl / blas.Seconds() / 1e9}
+		pk.GFLOPS = max(pk.OursGFLOPS, pk.OpenBLASGFLOPS)
+		if *asJSON {
+			if err := emit(pk); err != nil {
 				return err
 			}
-			res["ours_gflops_"+per.name] = flops / ours.Seconds() / 1e9
-			res["openblas_gflops_"+per.name] = flops / blas.Seconds() / 1e9
-			res["ratio_"+per.name] = blas.Seconds() / ours.Seconds()
+		} else {
+			fmt.Fprintf(stdout, "peak, %d×%d×%d on %d thread(s), best of the rounds: ours %.1f, OpenBLAS %.1f GFLOP/s (%.2f×): machine peak %.1f GFLOP/s\n",
+				p, p, p, *threads, pk.OursGFLOPS, pk.OpenBLASGFLOPS, pk.OursGFLOPS/pk.OpenBLASGFLOPS, pk.GFLOPS)
 		}
+	}
+
+	var parts []*gemmPart
+	byPart := map[string]*gemmPart{}
+	lastPart := ""
+	for _, s := range shapes {
+		key := s.Model + "/" + s.Part
+		if key != lastPart && !*asJSON {
+			fmt.Fprintf(stdout, "%s %s, per %s:\n", s.Model, s.Part, s.Unit)
+			fmt.Fprintf(stdout, "  %-46s %5s %5s %5s %5s  %8s %8s %6s\n", "product", "M", "K", "N", "count", "ours", "OpenBLAS", "ratio")
+		}
+		lastPart = key
+		fmt.Fprintf(stderr, "%s %s: %s %d×%d×%d…\n", s.Model, s.Part, s.Kind, s.M, s.K, s.N)
+		// Products of a GFLOP or more run one per call: the call's own cost is then noise.
+		per := min(*perCall, max(1, int(2e8/s.flops())))
+		ours, blas, dt, err := gemmPair(cpu, *threads, s.M, s.K, s.N, per, wdt, *rounds)
+		if err != nil {
+			return fmt.Errorf("%s %s %s: %w", s.Model, s.Part, s.Kind, err)
+		}
+		r := gemmRow{Bench: "gemm", gemmShape: s, DType: dtypeLabel(dt), Threads: *threads, PerCall: per,
+			OursUs: float64(ours.Nanoseconds()) / 1e3, OpenBLASUs: float64(blas.Nanoseconds()) / 1e3,
+			OursGFLOPS: s.flops() / ours.Seconds() / 1e9, OpenBLASGFLOPS: s.flops() / blas.Seconds() / 1e9,
+			Ratio: blas.Seconds() / ours.Seconds()}
+		p := byPart[key]
+		if p == nil {
+			p = &gemmPart{Bench: "gemm_part", Model: s.Model, Part: s.Part, Unit: s.Unit}
+			byPart[key] = p
+			parts = append(parts, p)
+		}
+		p.Products += s.Count
+		p.GFLOP += float64(s.Count) * s.flops() / 1e9
+		p.OursMs += float64(s.Count) * r.OursUs / 1e3
+		p.OpenBLASMs += float64(s.Count) * r.OpenBLASUs / 1e3
 		if *asJSON {
-			if err := json.NewEncoder(stdout).Encode(res); err != nil {
+			if err := emit(r); err != nil {
 				return err
 			}
 			continue
 		}
-		fmt.Fprintf(stdout, "gemm %4d×%4d×%4d: one per call: ours %6.1f vs OpenBLAS %6.1f GFLOP/s (%.2f×); 16 per call: ours %6.1f vs %6.1f (%.2f×)\n",
-			m, k, n, res["ours_gflops_per_call"], res["openblas_gflops_per_call"], res["ratio_per_call"],
-			res["ours_gflops_in_plan"], res["openblas_gflops_in_plan"], res["ratio_in_plan"])
+		kind := s.Kind
+		if s.Conv {
+			kind += " [conv]"
+		}
+		if dt != engine.F32 {
+			kind += " " + dtypeLabel(dt)
+		}
+		fmt.Fprintf(stdout, "  %-46s %5d %5d %5d %5d  %8.1f %8.1f %5.2f×  GFLOP/s\n", kind, s.M, s.K, s.N, s.Count, r.OursGFLOPS, r.OpenBLASGFLOPS, r.Ratio)
+	}
+	if !*asJSON {
+		fmt.Fprintf(stdout, "per unit of each part (Σ count × time per product; up to %d products per call, one for those of 0.2 GFLOP or more; [conv]: convolutions by their im2col GEMM, timed as a Linear):\n", *perCall)
+	}
+	for _, p := range parts {
+		p.OursGFLOPS = p.GFLOP / (p.OursMs / 1e3)
+		p.Ratio = p.OpenBLASMs / p.OursMs
+		if pk != nil {
+			p.PeakFraction = p.OursGFLOPS / pk.GFLOPS
+		}
+		if *asJSON {
+			if err := emit(p); err != nil {
+				return err
+			}
+			continue
+		}
+		frac := ""
+		if pk != nil {
+			frac = fmt.Sprintf(", %.0f%% of peak", 100*p.PeakFraction)
+		}
+		fmt.Fprintf(stdout, "  %-8s %-20s %6.3f GFLOP in %3d products: ours %8.2f ms (%.1f GFLOP/s%s) vs OpenBLAS %8.2f ms (%.2f×) per %s\n",
+			p.Model, p.Part, p.GFLOP, p.Products, p.OursMs, p.OursGFLOPS, frac, p.OpenBLASMs, p.Ratio, p.Unit)
 	}
 	return nil
 }
 
-// gemmPair times x·Wᵀ through an engine program of perCall matmul nodes and through perCall
-// OpenBLAS sgemms per cgo call with OpenBLAS's own threads, alternating so both see the same
-// machine load; medians of 9, per matmul.
-func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall int) (ours, blas time.Duration, err error) {
+func dtypeLabel(d engine.DType) string {
+	switch d {
+	case engine.F16:
+		return "F16"
+	case engine.Q8_0:
+		return "Q8_0"
+	case engine.Q8_0R8:
+		return "Q8_0R8"
+	}
+	return "F32"
+}
+
+// gemmPair times x·Wᵀ through an engine program of perCall Linear nodes (weights encoded
+// as dt where the shape allows it, as the model loaders do) and through perCall OpenBLAS
+// F32 sgemms per cgo call with OpenBLAS's own threads, alternating rounds so both see the
+// same machine load; the medians of rounds, per product, and the dtype our side ran.
+// rounds < 0 runs -rounds rounds and returns the best of each side instead (a peak: what
+// the machine can do when nothing else runs on it).
+func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall int, dt engine.DType, rounds int) (ours, blas time.Duration, used engine.DType, err error) {
+	best := rounds < 0
+	rounds = max(rounds, -rounds)
 	w := make([]float32, n*k)
 	for i := range w {
-		w[i] = float32(i%7) * 0.01
+		w[i] = float32(i%7-3) * 0.01
 	}
-	wb, err := engine.NewBufferFrom("w", w, int64(n), int64(k))
+	used = engine.F32
+	var raw []byte
+	switch {
+	case dt == engine.F16:
+		used, raw = engine.F16, gguf.EncodeF16(w)
+	case dt == engine.Q8_0 && k%32 == 0:
+		if raw, err = gguf.QuantizeQ8_0(w); err != nil {
+			return 0, 0, used, err
+		}
+		used = engine.Q8_0
+		if cgo.WeightBytes(engine.Q8_0R8, int64(n), int64(k)) > 0 {
+			used = engine.Q8_0R8 // as models/nn loads a Q8_0 Linear
+		}
+	}
+	var wb *engine.Buffer
+	if raw != nil {
+		wb, err = engine.NewBufferRaw("w", used, raw, int64(n), int64(k))
+	} else {
+		wb, err = engine.NewBufferFrom("w", w, int64(n), int64(k))
+	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, used, err
 	}
 	defer wb.Free()
 	g := engine.NewGraph("gemm")
@@ -166,31 +515,45 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall int) (ours, blas time.D
 	}
 	prog, err := cpu.Compile(g)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, used, err
 	}
 	defer prog.Close()
+	xs := prog.Input("x")
+	for i := range xs {
+		xs[i] = float32(i%5-2) * 0.1
+	}
 	blasRun, err := cgo.NewSgemmBench(m, n, k)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, used, err
 	}
 	defer blasRun.Free()
-	calls := max(4, int(1e9/(2*float64(m)*float64(k)*float64(n)*float64(perCall))))
+	// About 0.5 GFLOP per side and round (two calls at least), after one untimed call each.
+	calls := max(2, int(5e8/(2*float64(m)*float64(k)*float64(n)*float64(perCall))))
+	if err := prog.Run(); err != nil {
+		return 0, 0, used, err
+	}
+	blasRun.Run(threads, 1, perCall)
 	var a, b []time.Duration
-	for range 9 {
+	for range rounds {
+		if threads > 1 {
+			// OpenBLAS's workers spin ~130 ms after a threaded call: let them sleep first.
+			time.Sleep(200 * time.Millisecond)
+		}
 		t0 := time.Now()
 		for range calls {
 			if err := prog.Run(); err != nil {
-				return 0, 0, err
+				return 0, 0, used, err
 			}
 		}
 		a = append(a, time.Since(t0)/time.Duration(calls*perCall))
 		b = append(b, blasRun.Run(threads, calls, perCall))
-		// OpenBLAS's worker spins ~130 ms after a threaded call: let it sleep before ours runs.
-		time.Sleep(300 * time.Millisecond)
 	}
 	slices.Sort(a)
 	slices.Sort(b)
-	return a[len(a)/2], b[len(b)/2], nil
+	if best {
+		return a[0], b[0], used, nil
+	}
+	return a[len(a)/2], b[len(b)/2], used, nil
 }
 
 // runBenchGemv times the decode-step Linear x[1, K]·Wᵀ with W [N, K] stored as F32, F16,

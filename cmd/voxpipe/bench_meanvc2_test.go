@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -48,10 +50,7 @@ func TestBenchMeanVC2Golden(t *testing.T) {
 		t.Errorf("no session levels: %s", stdout)
 	}
 
-	// The whole path costs at least what its cheapest chunks do.
-	if tot, med := res["rtf_total"].(float64), res["rtf_median"].(float64); tot < med/2 {
-		t.Errorf("rtf_total %v below half the median chunk's %v", tot, med)
-	}
+	checkRTFTotal(t, res)
 
 	stdout, stderr, code = runCmd(t, args...)
 	if code != 0 {
@@ -86,6 +85,50 @@ func TestBenchMeanVC2Golden(t *testing.T) {
 	for _, f := range []string{"rtf_total", "rtf_median", "chunk_p50_ms", "chunk_p90_ms", "chunk_max_ms", "algorithmic_latency_ms", "live_latency_ms"} {
 		if v, _ := res[f].(float64); v <= 0 {
 			t.Errorf("40 ms model: %s = %v", f, res[f])
+		}
+	}
+	checkRTFTotal(t, res)
+}
+
+// checkRTFTotal recomputes the whole-path figures of a bench meanvc2 JSON object from the
+// per-chunk times it recorded: rtf_total = (Σ chunk_times_ms + flush_ms) ÷ the audio of
+// chunks × chunk_ms, and the chunk quantiles are those of the same times.
+func checkRTFTotal(t *testing.T, res map[string]any) {
+	t.Helper()
+	raw, _ := res["chunk_times_ms"].([]any)
+	chunks, _ := res["chunks"].(float64)
+	if len(raw) == 0 || float64(len(raw)) != chunks {
+		t.Fatalf("%d chunk times for %v chunks", len(raw), res["chunks"])
+	}
+	times := make([]float64, len(raw))
+	var sum float64
+	for i, v := range raw {
+		times[i], _ = v.(float64)
+		if times[i] < 0 {
+			t.Errorf("chunk %d took %v ms", i, v)
+		}
+		sum += times[i]
+	}
+	chunkMs, flush := res["chunk_ms"].(float64), res["flush_ms"].(float64)
+	audio := chunks * chunkMs / 1000
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(b), 1e-12) }
+	if got, _ := res["audio_seconds"].(float64); !near(got, audio) {
+		t.Errorf("audio_seconds %v, want %v chunks × %v ms = %v s", got, chunks, chunkMs, audio)
+	}
+	if got, _ := res["process_ms"].(float64); !near(got, sum) {
+		t.Errorf("process_ms %v, want Σ chunk_times_ms = %v", got, sum)
+	}
+	want := (sum + flush) / (audio * 1000)
+	if got := res["rtf_total"].(float64); !near(got, want) || got <= 0 {
+		t.Errorf("rtf_total %v, want (Σ chunk times %v + flush %v ms) ÷ %v s = %v", got, sum, flush, audio, want)
+	}
+	slices.Sort(times)
+	for _, q := range []struct {
+		field string
+		q     float64
+	}{{"chunk_p50_ms", 0.5}, {"chunk_p90_ms", 0.9}, {"chunk_max_ms", 1}} {
+		if got := res[q.field].(float64); got != nearestRank(times, q.q) {
+			t.Errorf("%s %v, want %v from the recorded times", q.field, got, nearestRank(times, q.q))
 		}
 	}
 }

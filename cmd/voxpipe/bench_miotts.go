@@ -21,23 +21,46 @@ import (
 
 // miottsBench are the figures of `voxpipe bench miotts`.
 type miottsBench struct {
-	Threads          int     `json:"threads"`
-	LoadMs           float64 `json:"load_ms"`
-	LoadRSSMB        float64 `json:"load_rss_mb"` // resident once both models are loaded
-	PrefillTokens    int     `json:"prefill_tokens"`
-	PrefillMs        float64 `json:"prefill_ms"`
-	DecodeTokensPerS float64 `json:"decode_tokens_per_s"`
-	DecodeStepMsP50  float64 `json:"decode_step_ms_p50"`
-	DecodeStepMsP95  float64 `json:"decode_step_ms_p95"`
-	SpeakerSeconds   float64 `json:"speaker_seconds"`
-	SpeakerMs        float64 `json:"speaker_ms"`
-	CodecTokens      int     `json:"codec_tokens"`
-	CodecMs          float64 `json:"codec_ms"`
-	CodecRTF         float64 `json:"codec_rtf"`
-	TTFAMs           float64 `json:"ttfa_ms"`
-	TTSTokens        int     `json:"tts_tokens"`
-	TotalRTF         float64 `json:"total_rtf"`
-	PeakRSSMB        float64 `json:"peak_rss_mb"`
+	Threads       int     `json:"threads"`
+	LoadMs        float64 `json:"load_ms"`
+	LoadRSSMB     float64 `json:"load_rss_mb"` // resident once both models are loaded
+	PrefillTokens int     `json:"prefill_tokens"`
+	PrefillMs     float64 `json:"prefill_ms"` // median of 3 compiled runs
+	// Decode as Generate runs it: every step is the sampler's draw from the previous logits
+	// (the model's generation_config.json settings, Sampler) and the LM step on that token,
+	// from the prompt's end on, over programs already compiled (a warm server's). The
+	// headline DecodeTokensPerS is the mean over all DecodeSteps: DecodeSteps ÷ DecodeMs,
+	// DecodeMs = Σ DecodeStepMs. DecodeTokensPerSP50 is 1000 ÷ the median step.
+	DecodeSteps         int          `json:"decode_steps"`
+	DecodeMs            float64      `json:"decode_ms"`
+	DecodeTokensPerS    float64      `json:"decode_tokens_per_s"`
+	DecodeTokensPerSP50 float64      `json:"decode_tokens_per_s_p50"`
+	DecodeStepMsP50     float64      `json:"decode_step_ms_p50"`
+	DecodeStepMsP95     float64      `json:"decode_step_ms_p95"`
+	DecodeStepMsMax     float64      `json:"decode_step_ms_max"`
+	SampleMsMean        float64      `json:"sample_ms_mean"` // the sampler's part of a step
+	DecodeStepMs        []float64    `json:"decode_step_ms"`
+	Sampler             samplerBench `json:"sampler"`
+	SpeakerSeconds      float64      `json:"speaker_seconds"`
+	SpeakerMs           float64      `json:"speaker_ms"`
+	CodecTokens         int          `json:"codec_tokens"`
+	CodecMs             float64      `json:"codec_ms"`
+	CodecRTF            float64      `json:"codec_rtf"`
+	TTFAMs              float64      `json:"ttfa_ms"`
+	TTSTokens           int          `json:"tts_tokens"`
+	TotalRTF            float64      `json:"total_rtf"`
+	PeakRSSMB           float64      `json:"peak_rss_mb"`
+}
+
+// samplerBench are the sampler settings the decode figure ran with.
+type samplerBench struct {
+	Greedy            bool    `json:"greedy"`
+	Temperature       float64 `json:"temperature"`
+	TopK              int     `json:"top_k"`
+	TopP              float64 `json:"top_p"`
+	RepetitionPenalty float64 `json:"repetition_penalty"`
+	PresencePenalty   float64 `json:"presence_penalty"`
+	FrequencyPenalty  float64 `json:"frequency_penalty"`
 }
 
 func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
@@ -46,7 +69,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	codec := fs.String("codec", "", "MioCodec model (GGUF)")
 	threads := fs.Int("threads", 2, "engine threads")
 	prefill := fs.Int("prefill-tokens", 58, "prompt length for the prefill figure")
-	steps := fs.Int("steps", 48, "decode steps timed")
+	steps := fs.Int("steps", 100, "decode steps timed (4 s of speech at 25 tokens/s)")
 	codecTokens := fs.Int("codec-tokens", 100, "tokens decoded offline for the codec figure")
 	refSeconds := fs.Float64("ref-seconds", 10, "reference clip length for the speaker embedding figure")
 	ttsTokens := fs.Int("tts-tokens", 100, "speech tokens of the end-to-end streamed utterance")
@@ -57,6 +80,9 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	if *model == "" || *codec == "" {
 		fs.Usage()
 		return errors.New("--model and --codec are required (voxpipe mkmodel makes random ones at real size)")
+	}
+	if *prefill < 1 || *steps < 1 {
+		return errors.New("--prefill-tokens and --steps must be ≥ 1")
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format, a...) }
 	be, err := engine.NewCPU(*threads)
@@ -77,10 +103,22 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 
 	// Prefill and decode: the LM alone, on the restricted head, with random prompt ids.
 	logf("prefill and decode…\n")
-	if res.PrefillMs, res.DecodeStepMsP50, res.DecodeStepMsP95, err = benchLM(tts.LM, *prefill, *steps); err != nil {
+	lmr, err := benchLM(tts.LM, *prefill, *steps)
+	if err != nil {
 		return err
 	}
-	res.DecodeTokensPerS = 1000 / res.DecodeStepMsP50
+	res.PrefillMs, res.DecodeStepMs, res.SampleMsMean = lmr.prefillMs, lmr.stepMs, lmr.sampleMsMean
+	res.DecodeSteps = len(lmr.stepMs)
+	for _, v := range lmr.stepMs {
+		res.DecodeMs += v
+	}
+	res.DecodeTokensPerS = float64(res.DecodeSteps) / (res.DecodeMs / 1000)
+	res.DecodeStepMsP50, res.DecodeStepMsP95 = percentile(lmr.stepMs, 50), percentile(lmr.stepMs, 95)
+	res.DecodeStepMsMax = slices.Max(lmr.stepMs)
+	res.DecodeTokensPerSP50 = 1000 / res.DecodeStepMsP50
+	c := lmr.sampler
+	res.Sampler = samplerBench{Greedy: c.IsGreedy(), Temperature: c.Temperature, TopK: c.TopK, TopP: c.TopP,
+		RepetitionPenalty: c.RepetitionPenalty, PresencePenalty: c.PresencePenalty, FrequencyPenalty: c.FrequencyPenalty}
 
 	// Speaker embedding of a synthetic voiced clip (second call: programs compiled).
 	logf("speaker embedding…\n")
@@ -141,7 +179,11 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "MioTTS on %d threads (load %.0f ms, %.0f MB resident):\n", res.Threads, res.LoadMs, res.LoadRSSMB)
 	fmt.Fprintf(stdout, "  prefill %d tokens      %8.1f ms\n", res.PrefillTokens, res.PrefillMs)
-	fmt.Fprintf(stdout, "  decode                 %8.1f tokens/s (step p50 %.1f ms, p95 %.1f ms; 25 tokens/s is real time)\n", res.DecodeTokensPerS, res.DecodeStepMsP50, res.DecodeStepMsP95)
+	fmt.Fprintf(stdout, "  decode                 %8.1f tokens/s mean over all %d steps, sampling included (Σ %.0f ms); p50 step %.1f ms = %.1f tokens/s, p95 %.1f ms, max %.1f ms; sampling %.2f ms a step; 25 tokens/s is real time\n",
+		res.DecodeTokensPerS, res.DecodeSteps, res.DecodeMs, res.DecodeStepMsP50, res.DecodeTokensPerSP50, res.DecodeStepMsP95, res.DecodeStepMsMax, res.SampleMsMean)
+	sm := res.Sampler
+	fmt.Fprintf(stdout, "  sampler                greedy %v, temperature %g, top_k %d, top_p %g, repetition_penalty %g (the model's generation_config.json)\n",
+		sm.Greedy, sm.Temperature, sm.TopK, sm.TopP, sm.RepetitionPenalty)
 	fmt.Fprintf(stdout, "  speaker embedding      %8.1f ms for %.0f s of reference\n", res.SpeakerMs, res.SpeakerSeconds)
 	fmt.Fprintf(stdout, "  codec, %d tokens      %8.1f ms (RTF %.3f)\n", res.CodecTokens, res.CodecMs, res.CodecRTF)
 	fmt.Fprintf(stdout, "  time to first audio    %8.1f ms; %d tokens streamed at RTF %.3f\n", res.TTFAMs, res.TTSTokens, res.TotalRTF)
@@ -149,9 +191,23 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// benchLM times a prefill of n random text tokens (median of 3) and single decode steps
-// (p50/p95 over steps, after 4 warm-up steps).
-func benchLM(lm *miotts.LM, n, steps int) (prefillMs, stepP50, stepP95 float64, err error) {
+// lmResult are benchLM's figures.
+type lmResult struct {
+	prefillMs    float64        // median of 3 compiled prefills
+	stepMs       []float64      // every timed decode step: sampling + LM step
+	sampleMsMean float64        // the sampling part, mean
+	sampler      sampler.Config // the settings the steps sampled with
+}
+
+// benchLM times a prefill of n random text tokens (median of 3 after one that compiles)
+// and then decode as Generate runs it: steps times, the sampler (the model's defaults, the
+// seed Generate uses when a request gives none) draws a token from the last logits over
+// the history and the LM steps on it. A drawn EOS is replaced by a speech token so every
+// step runs (the cost does not depend on the token). The decode steps run once untimed
+// first, from the same prompt and seed, so every cache-length bucket's program is compiled
+// as on a warm server; then every step of the second pass is timed.
+func benchLM(lm *miotts.LM, n, steps int) (lmResult, error) {
+	var res lmResult
 	rng := rand.New(rand.NewPCG(3, 3))
 	prompt := make([]int32, n)
 	for i := range prompt {
@@ -159,39 +215,58 @@ func benchLM(lm *miotts.LM, n, steps int) (prefillMs, stepP50, stepP95 float64, 
 	}
 	sess, err := lm.Model.NewSession(n + steps + 8)
 	if err != nil {
-		return 0, 0, 0, err
+		return res, err
 	}
 	defer sess.Close()
 	if err := sess.SetOutputRows(lm.Candidates()); err != nil {
-		return 0, 0, 0, err
+		return res, err
 	}
 	var pre []float64
+	var logits []float32
 	for range 4 { // the first run compiles
 		sess.Reset()
 		t0 := time.Now()
-		if _, err := sess.Prefill(prompt); err != nil {
-			return 0, 0, 0, err
+		if logits, err = sess.Prefill(prompt); err != nil {
+			return res, err
 		}
 		pre = append(pre, ms(time.Since(t0)))
 	}
-	smp := sampler.New(lm.Defaults)
-	if err := smp.SetCandidates(lm.Candidates()); err != nil {
-		return 0, 0, 0, err
-	}
-	id := lm.SpeechID(0)
-	var st []float64
-	for i := range steps + 4 {
-		t0 := time.Now()
-		logits, err := sess.Step(id)
-		if err != nil {
-			return 0, 0, 0, err
+	res.prefillMs = median(pre[1:])
+	res.sampler = lm.Defaults
+	res.sampler.Seed = 0x6d696f747473 // Generate's seed for a request without one
+	first, last := lm.SpeechID(0), lm.SpeechID(miotts.SpeechTokens-1)
+	for pass := range 2 {
+		if pass == 1 {
+			sess.Reset()
+			if logits, err = sess.Prefill(prompt); err != nil {
+				return res, err
+			}
 		}
-		id = lm.Candidates()[rng.IntN(len(logits)-1)] // any speech token: the speed does not depend on it
-		if i >= 4 {
-			st = append(st, ms(time.Since(t0)))
+		smp := sampler.New(res.sampler)
+		if err := smp.SetCandidates(lm.Candidates()); err != nil {
+			return res, err
 		}
+		history := append(make([]int32, 0, n+steps), prompt...)
+		var sampleSum float64
+		for i := range steps {
+			t0 := time.Now()
+			id := smp.Sample(logits, history)
+			if id < first || id > last {
+				id = first + int32(i%miotts.SpeechTokens) // EOS: keep stepping on a speech token
+			}
+			history = append(history, id)
+			t1 := time.Now()
+			if logits, err = sess.Step(id); err != nil {
+				return res, err
+			}
+			if pass == 1 {
+				res.stepMs = append(res.stepMs, ms(time.Since(t0)))
+				sampleSum += ms(t1.Sub(t0))
+			}
+		}
+		res.sampleMsMean = sampleSum / float64(steps)
 	}
-	return median(pre[1:]), percentile(st, 50), percentile(st, 95), nil
+	return res, nil
 }
 
 func median(x []float64) float64 { return percentile(x, 50) }

@@ -33,6 +33,10 @@ type BenchResult struct {
 	// LiveMs is the live path's algorithmic latency at 20 ms pieces: Latency + the playout
 	// delay of its schedule (LiveSchedule) + the piece being filled.
 	LiveMs float64 `json:"live_latency_ms"`
+	// ChunkTimesMs is every timed Process call, stream by stream in order, and FlushTimesMs
+	// each stream's Flush: the figures RTFTotal and the quantiles are computed from.
+	ChunkTimesMs []float64 `json:"chunk_times_ms"`
+	FlushTimesMs []float64 `json:"flush_times_ms"`
 }
 
 // BenchStream converts seconds of synthetic speech through streams of m in 160 ms chunks and
@@ -125,6 +129,8 @@ func BenchStream(m *Model, seconds float64, streams int) (BenchResult, error) {
 			return res, errs[i]
 		}
 		all = append(all, times[i]...)
+		res.ChunkTimesMs = append(res.ChunkTimesMs, times[i]...)
+		res.FlushTimesMs = append(res.FlushTimesMs, flush[i])
 		res.FlushMs += flush[i] / float64(streams)
 		total += flush[i]
 		for _, t := range times[i] {

@@ -1,6 +1,8 @@
 package meanvc2
 
 import (
+	"math"
+	"slices"
 	"testing"
 )
 
@@ -19,6 +21,21 @@ func TestBenchHelpers(t *testing.T) {
 	// The whole cost is at least the median chunk's: it adds the slower chunks and the flush.
 	if res.Variant != "120ms" || res.RTFTotal < res.RTFMedian*0.5 || res.LiveMs != 105+260+20 {
 		t.Errorf("stream bench: variant %q, rtf_total %v (median %v), live latency %v ms", res.Variant, res.RTFTotal, res.RTFMedian, res.LiveMs)
+	}
+	// rtf_total is the recorded Process and Flush times over the audio streamed, per stream.
+	if len(res.ChunkTimesMs) != res.Chunks || len(res.FlushTimesMs) != res.Streams {
+		t.Fatalf("%d chunk times for %d chunks, %d flush times for %d streams", len(res.ChunkTimesMs), res.Chunks, len(res.FlushTimesMs), res.Streams)
+	}
+	var sum float64
+	for _, v := range append(slices.Clone(res.ChunkTimesMs), res.FlushTimesMs...) {
+		if v < 0 {
+			t.Errorf("a recorded time is %v ms", v)
+		}
+		sum += v
+	}
+	audioMs := float64(res.Chunks/res.Streams) * res.ChunkMs
+	if want := sum / float64(res.Streams) / audioMs; math.Abs(res.RTFTotal-want) > 1e-9*want {
+		t.Errorf("rtf_total %v, want Σ times / audio = %v", res.RTFTotal, want)
 	}
 	m40, _, _ := goldenVariant(t, Family+"_40ms")
 	if res, err := BenchStream(m40, 1, 1); err != nil || res.Variant != "40ms" || res.LiveMs != 105+100+20 || res.RTFTotal <= 0 {
