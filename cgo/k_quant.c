@@ -805,3 +805,302 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	}
 	return VX_OK;
 }
+
+/* ---- encoding weights (voxpipe import) ----
+ * vx_encode turns a checkpoint's little-endian f32/f16/bf16 bytes straight into the stored
+ * type of a GGUF tensor (f32, f16, bf16, q8_0), bit for bit what engine/ggufpack's Go
+ * encoders write for the float32 values engine/ckpt decodes (the same bytes, 10-20 times
+ * faster, no float32 copy in between). The portable code below is that Go code in C,
+ * special cases included; the AVX2 paths take it for every block or element they do not
+ * handle exactly themselves (a q8_0 block holding NaN, Inf or only tiny values). */
+
+static inline uint32_t rd32(const uint8_t *p) {
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint32_t f2u(float f) {
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+static inline float u2f(uint32_t u) {
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* Element i of a little-endian source of type from, as engine/ckpt decodes it (a half's
+ * signalling NaN stays signalling). */
+static inline float src_elem(int from, const uint8_t *s, int64_t i) {
+	if (from == VX_F16)
+		return half_f32(rd16(s + 2 * i));
+	if (from == VX_BF16)
+		return u2f((uint32_t)rd16(s + 2 * i) << 16);
+	return u2f(rd32(s + 4 * i));
+}
+
+/* engine/gguf.Float32ToHalf: round to nearest even, beyond the range ±Inf, NaN as
+ * sign | 0x7e00 | the top mantissa bits. */
+static uint16_t f32_half(float f) {
+	uint32_t b = f2u(f), mant = b & 0x7fffff;
+	uint16_t sign = (uint16_t)(b >> 16) & 0x8000;
+	int exp = (int)(b >> 23) & 0xff;
+	if (exp == 0xff)
+		return mant ? (uint16_t)(sign | 0x7e00 | (mant >> 13)) : (uint16_t)(sign | 0x7c00);
+	int e = exp - 127 + 15;
+	if (e >= 0x1f)
+		return sign | 0x7c00;
+	if (e <= 0) {
+		if (e < -10)
+			return sign;
+		uint32_t m = mant | 0x800000, shift = (uint32_t)(14 - e), h = m >> shift, rem = m & ((1u << shift) - 1),
+		         halfway = 1u << (shift - 1);
+		if (rem > halfway || (rem == halfway && (h & 1)))
+			h++;
+		return (uint16_t)(sign | h);
+	}
+	uint32_t h = (uint32_t)e << 10 | mant >> 13, rem = mant & 0x1fff;
+	if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+		h++;
+	return (uint16_t)(sign | h);
+}
+
+/* engine/ggufpack.Float32ToBF16 (ggml's): round to nearest even, NaN kept quiet. */
+static inline uint16_t f32_bf16(uint32_t u) {
+	if ((u & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((u >> 16) | 64);
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* Go's max(x, y) for float32 as the Go compiler emits it, NaN payloads included (they reach
+ * a q8_0 block's scale): amd64 -(m2 | m1) with m1 = MINSS(-x, -y), m2 = MINSS(m1, -x);
+ * arm64 FMAXS; elsewhere the runtime's fmax. */
+static inline float go_max32(float x, float y) {
+#if defined(__x86_64__)
+	float a = u2f(f2u(x) ^ 0x80000000u), b = u2f(f2u(y) ^ 0x80000000u);
+	float m1 = a < b ? a : b; /* MINSS: the second operand when either is NaN */
+	float m2 = m1 < a ? m1 : a;
+	return u2f((f2u(m2) | f2u(m1)) ^ 0x80000000u);
+#elif defined(__aarch64__)
+	float r;
+	__asm__("fmax %s0, %s1, %s2" : "=w"(r) : "w"(x), "w"(y));
+	return r;
+#else
+	if (y != y || y > x)
+		return y;
+	if (x != x || x > y || x != 0)
+		return x;
+	return u2f(f2u(x) & f2u(y));
+#endif
+}
+
+/* A q8_0 quant as the Go encoder computes it: int8(int32(float64(p) + copysign(0.5, p)))
+ * (half away from zero); the conversion of a value int32 cannot hold is the machine's
+ * (amd64 CVTTSD2SL: INT32_MIN; arm64 FCVTZS: saturated, NaN 0). */
+static inline uint8_t q8_quant(float p) {
+	double v = (double)p;
+	v += copysign(0.5, v);
+	int32_t q;
+#if defined(__aarch64__)
+	if (v != v)
+		q = 0;
+	else if (v >= 2147483648.0)
+		q = INT32_MAX;
+	else if (v <= -2147483649.0)
+		q = INT32_MIN;
+	else
+		q = (int32_t)v;
+#else
+	if (v > -2147483649.0 && v < 2147483648.0)
+		q = (int32_t)v;
+	else
+		q = INT32_MIN;
+#endif
+	return (uint8_t)q;
+}
+
+/* One q8_0 block (32 values of type from at s) as ggufpack's appendQ8_0 writes it. */
+static void q8_block_ref(int from, const uint8_t *s, uint8_t *blk) {
+	float x[QK], amax = 0;
+	for (int j = 0; j < QK; j++) {
+		x[j] = src_elem(from, s, j);
+		amax = go_max32(amax, u2f(f2u(x[j]) & 0x7fffffff));
+	}
+	float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+	uint16_t h = f32_half(d);
+	blk[0] = (uint8_t)h;
+	blk[1] = (uint8_t)(h >> 8);
+	for (int j = 0; j < QK; j++)
+		blk[2 + j] = q8_quant(x[j] * id);
+}
+
+static void encode_portable(int from, int to, const uint8_t *s, uint8_t *d, int64_t n) {
+	int es = from == VX_F32 ? 4 : 2;
+	switch (to) {
+	case VX_Q8_0:
+		for (int64_t b = 0; b < n / QK; b++)
+			q8_block_ref(from, s + b * QK * es, d + b * QB);
+		break;
+	case VX_F16:
+		for (int64_t i = 0; i < n; i++) {
+			uint16_t h = f32_half(src_elem(from, s, i));
+			d[2 * i] = (uint8_t)h;
+			d[2 * i + 1] = (uint8_t)(h >> 8);
+		}
+		break;
+	case VX_BF16:
+		for (int64_t i = 0; i < n; i++) {
+			uint16_t h = f32_bf16(f2u(src_elem(from, s, i)));
+			d[2 * i] = (uint8_t)h;
+			d[2 * i + 1] = (uint8_t)(h >> 8);
+		}
+		break;
+	case VX_F32:
+		for (int64_t i = 0; i < n; i++) {
+			uint32_t u = f2u(src_elem(from, s, i));
+			d[4 * i] = (uint8_t)u;
+			d[4 * i + 1] = (uint8_t)(u >> 8);
+			d[4 * i + 2] = (uint8_t)(u >> 16);
+			d[4 * i + 3] = (uint8_t)(u >> 24);
+		}
+		break;
+	}
+}
+
+#ifdef VX_QX86
+/* 8 source values as floats: f32 loaded, bf16 shifted, f16 by vcvtph2ps (which quiets a
+ * signalling NaN: callers that keep NaN bits take them from the source instead). */
+static QAVX2_FN QINLINE __m256 enc_load8(int from, const uint8_t *p) {
+	if (from == VX_F32)
+		return _mm256_loadu_ps((const float *)p);
+	__m128i h = _mm_loadu_si128((const __m128i *)p);
+	if (from == VX_BF16)
+		return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+	return _mm256_cvtph_ps(h);
+}
+
+/* Q8_0 blocks, 8 values per register. A block whose largest magnitude a is finite and at
+ * least 2^-101 takes the fast path: the scale d = a/127 is then a normal float, 1/d is finite
+ * and every product x·(1/d) is within 127·(1+2^-24)^3 of zero, so rounding it half away from
+ * zero in float32 (truncate, then step away from zero when the dropped fraction is >= 1/2,
+ * both exact) gives the Go encoder's quant and the saturating packs never saturate. Other
+ * blocks (zeros, denormals, NaN, Inf) go to q8_block_ref. */
+static QAVX2_FN void encode_q8_avx2(int from, const uint8_t *s, uint8_t *d, int64_t nb) {
+	const int es = from == VX_F32 ? 4 : 2;
+	const __m256i absm = _mm256_set1_epi32(0x7fffffff), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	const __m256 signm = _mm256_set1_ps(-0.0f), halfv = _mm256_set1_ps(0.5f), onev = _mm256_set1_ps(1.0f);
+	for (int64_t b = 0; b < nb; b++, s += QK * es, d += QB) {
+		__m256 x[4];
+		__m256i m = _mm256_setzero_si256();
+		for (int k = 0; k < 4; k++) {
+			x[k] = enc_load8(from, s + 8 * k * es);
+			m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_castps_si256(x[k]), absm));
+		}
+		__m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+		m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4e));
+		m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xb1));
+		uint32_t ab = (uint32_t)_mm_cvtsi128_si32(m4); /* bits of the largest |x|, a NaN's if any */
+		if (ab - 0x0d000000u >= 0x7f800000u - 0x0d000000u) {
+			q8_block_ref(from, s, d);
+			continue;
+		}
+		float dd = u2f(ab) / 127.0f, id = 1.0f / dd;
+		/* dd is a normal float: vcvtps2ph rounds it as f32_half does */
+		uint16_t h = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(dd), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0);
+		d[0] = (uint8_t)h;
+		d[1] = (uint8_t)(h >> 8);
+		__m256 vid = _mm256_set1_ps(id);
+		__m256i q[4];
+		for (int k = 0; k < 4; k++) {
+			__m256 p = _mm256_mul_ps(x[k], vid);
+			__m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+			__m256 frac = _mm256_andnot_ps(signm, _mm256_sub_ps(p, t));
+			__m256 step = _mm256_or_ps(_mm256_and_ps(p, signm), onev); /* ±1 */
+			t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, halfv, _CMP_GE_OQ), step));
+			q[k] = _mm256_cvttps_epi32(t);
+		}
+		__m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+		_mm256_storeu_si256((__m256i *)(d + 2), _mm256_permutevar8x32_epi32(q8, perm));
+	}
+}
+
+/* F16 (vcvtph2ps/vcvtps2ph round to nearest even and keep NaN payloads as
+ * engine/gguf.Float32ToHalf does), BF16 (integer rounding) or F32 (from f16: a half's
+ * signalling NaN put back as engine/ckpt decodes it) in runs of 8; the tail portable. */
+static QAVX2_FN int64_t encode_elem_avx2(int from, int to, const uint8_t *s, uint8_t *d, int64_t n) {
+	const int es = from == VX_F32 ? 4 : 2;
+	int64_t i = 0;
+	if (to == VX_F16) {
+		for (; i + 8 <= n; i += 8)
+			_mm_storeu_si128((__m128i *)(d + 2 * i),
+			                 _mm256_cvtps_ph(enc_load8(from, s + es * i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	} else if (to == VX_BF16) {
+		const __m256i absm = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
+		              bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(64);
+		for (; i + 8 <= n; i += 8) {
+			__m256i u = _mm256_castps_si256(enc_load8(from, s + es * i));
+			__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, absm), inf);
+			__m256i r = _mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(_mm256_srli_epi32(u, 16), one));
+			r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
+			__m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+			_mm_storeu_si128((__m128i *)(d + 2 * i), _mm256_castsi256_si128(p));
+		}
+	} else if (to == VX_F32 && from == VX_F16) {
+		const __m256i mant = _mm256_set1_epi32(0x3ff), sign = _mm256_set1_epi32(0x8000), e31 = _mm256_set1_epi32(0x7c00),
+		              absm = _mm256_set1_epi32(0x7fff), inf = _mm256_set1_epi32(0x7f800000);
+		for (; i + 8 <= n; i += 8) {
+			__m128i h = _mm_loadu_si128((const __m128i *)(s + 2 * i));
+			__m256i hw = _mm256_cvtepu16_epi32(h);
+			__m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(hw, absm), e31);
+			__m256i nb = _mm256_or_si256(_mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(hw, sign), 16), inf),
+			                             _mm256_slli_epi32(_mm256_and_si256(hw, mant), 13));
+			__m256i v = _mm256_blendv_epi8(_mm256_castps_si256(_mm256_cvtph_ps(h)), nb, nan);
+			_mm256_storeu_si256((__m256i *)(d + 4 * i), v);
+		}
+	} else if (to == VX_F32 && from == VX_BF16) {
+		for (; i + 8 <= n; i += 8)
+			_mm256_storeu_ps((float *)(d + 4 * i), enc_load8(from, s + 2 * i));
+	}
+	return i;
+}
+#endif
+
+int64_t vx_encode_bytes(int to, int64_t n) {
+	if (n < 0)
+		return -1;
+	switch (to) {
+	case VX_F32:
+		return 4 * n;
+	case VX_F16:
+	case VX_BF16:
+		return 2 * n;
+	case VX_Q8_0:
+		return n % QK ? -1 : n / QK * QB;
+	}
+	return -1;
+}
+
+int64_t vx_encode(int from, int to, const void *src, void *dst, int64_t n) {
+	int64_t out = vx_encode_bytes(to, n);
+	if (out < 0 || (from != VX_F32 && from != VX_F16 && from != VX_BF16))
+		return -1;
+	const uint8_t *s = src;
+	uint8_t *d = dst;
+	if (from == VX_F32 && to == VX_F32) { /* f16 and bf16 to themselves quiet NaNs as Go does */
+		memcpy(d, s, (size_t)out);
+		return out;
+	}
+#ifdef VX_QX86
+	if (level() >= LV_AVX2) {
+		if (to == VX_Q8_0) {
+			encode_q8_avx2(from, s, d, n / QK);
+			return out;
+		}
+		int64_t i = encode_elem_avx2(from, to, s, d, n);
+		s += (from == VX_F32 ? 4 : 2) * i;
+		d += (to == VX_F32 ? 4 : 2) * i;
+		n -= i;
+	}
+#endif
+	encode_portable(from, to, s, d, n);
+	return out;
+}

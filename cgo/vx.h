@@ -176,6 +176,12 @@ int64_t vx_qbytes(int dtype, int64_t n, int64_t k);
 void vx_repack_q8_0_r8(const void *src, void *dst, int64_t n, int64_t k);
 /* Dequantises one row of k values of a q8_0/f16 table into dst. */
 void vx_dequant_row(int dtype, const void *src, float *dst, int64_t k);
+/* Converts n values, little-endian bytes of type from (VX_F32, VX_F16, VX_BF16), to type to
+ * (VX_F32, VX_F16, VX_BF16, VX_Q8_0 with n a multiple of 32) at dst, bit for bit as
+ * engine/ggufpack encodes the floats engine/ckpt decodes. Returns the bytes written
+ * (vx_encode_bytes), -1 for a pair it does not convert. */
+int64_t vx_encode(int from, int to, const void *src, void *dst, int64_t n);
+int64_t vx_encode_bytes(int to, int64_t n);
 
 /* Shared helpers (vx_util.c). */
 int64_t vx_numel(const vx_tensor *t);

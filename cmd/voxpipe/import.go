@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine/ckpt"
@@ -309,6 +310,8 @@ func writePlan(out io.Writer, path string, p *importPlan, progress io.Writer, ba
 		}
 	}
 	fmt.Fprintf(progress, "writing %s…\n", path)
+	feed := startImportFeed(p.table, p.src)
+	defer feed.stop()
 	for i, t := range p.table {
 		g := gguf.Namespace(t.Name)
 		if g == "" {
@@ -318,7 +321,7 @@ func writePlan(out io.Writer, path string, p *importPlan, progress io.Writer, ba
 			flushGroup()
 			group, groupStart, groupN, groupBytes = g, time.Now(), 0, 0
 		}
-		if err := copyTensor(w, t, p.src[i]); err != nil {
+		if err := feed.copy(w, i); err != nil {
 			return fmt.Errorf("%s (from %s): %w", t.Name, p.src[i].file, err)
 		}
 		groupN++
@@ -336,35 +339,135 @@ func writePlan(out io.Writer, path string, p *importPlan, progress io.Writer, ba
 	return w.Close()
 }
 
-// copyTensor streams one tensor into the writer: raw bytes when the stored type is the
-// source's, else decoded and re-encoded a chunk of whole rows at a time.
+// copyTensor streams one tensor into the writer (importFeed over that one tensor).
 func copyTensor(w *ggufpack.Writer, t ggufpack.Tensor, s importSource) error {
-	same := !s.transpose && (s.t.DType == ckpt.F32 && t.Type == gguf.F32 || s.t.DType == ckpt.F16 && t.Type == gguf.F16 ||
+	f := startImportFeed([]ggufpack.Tensor{t}, []importSource{s})
+	defer f.stop()
+	return f.copy(w, 0)
+}
+
+// importChunkBytes is about how much of a tensor is read and converted at a time (1, 2 and
+// 4 MB measured the same; the kernel's read-ahead, not this, keeps the disk busy).
+const importChunkBytes = 1 << 20
+
+// importAhead is how many chunks the feed's reader may have read or be reading while the
+// writer converts one: 4 MB of buffers in all.
+const importAhead = 4
+
+// importFeed reads the sources' bytes, a chunk of whole rows at a time, on a goroutine of its
+// own, up to importAhead chunks before the writer needs them: the disk reads while the
+// previous chunk is converted and written. Transposed tensors are left to the writer.
+type importFeed struct {
+	table  []ggufpack.Tensor
+	srcs   []importSource
+	chunks chan importChunk
+	free   chan []byte
+	done   chan struct{}
+	ended  sync.WaitGroup
+}
+
+// importChunk is one chunk of tensor i (or why it cannot be read).
+type importChunk struct {
+	i   int
+	buf []byte
+	err error
+}
+
+// importSameType reports whether tensor t stores its source's bytes as they are.
+func importSameType(t ggufpack.Tensor, s importSource) bool {
+	return !s.transpose && (s.t.DType == ckpt.F32 && t.Type == gguf.F32 || s.t.DType == ckpt.F16 && t.Type == gguf.F16 ||
 		s.t.DType == ckpt.BF16 && t.Type == gguf.BF16)
-	if same {
-		rc, err := s.t.Open()
-		if err != nil {
-			return err
-		}
-		defer rc.Close()
-		// No larger than the tensor: most tensors are small (norms, biases), and a fresh 1 MB
-		// buffer for each kept the GC busy (a quarter of MeanVC2's import time).
-		buf := make([]byte, min(1<<20, max(s.t.Bytes(), 1)))
-		for {
-			n, err := rc.Read(buf)
-			if n > 0 {
-				if werr := w.WriteRaw(buf[:n]); werr != nil {
-					return werr
-				}
-			}
-			if err == io.EOF {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
+}
+
+func startImportFeed(table []ggufpack.Tensor, srcs []importSource) *importFeed {
+	f := &importFeed{table: table, srcs: srcs, chunks: make(chan importChunk, importAhead),
+		free: make(chan []byte, importAhead), done: make(chan struct{})}
+	for range importAhead {
+		f.free <- nil
+	}
+	f.ended.Add(1)
+	go f.read()
+	return f
+}
+
+// stop ends the reader (when the writer gives up early) and waits for it.
+func (f *importFeed) stop() {
+	close(f.done)
+	f.ended.Wait()
+}
+
+// read is the feed's goroutine.
+func (f *importFeed) read() {
+	defer f.ended.Done()
+	defer close(f.chunks)
+	send := func(c importChunk) bool {
+		select {
+		case f.chunks <- c:
+			return true
+		case <-f.done:
+			return false
 		}
 	}
+	for i, t := range f.table {
+		s := f.srcs[i]
+		if s.transpose {
+			continue
+		}
+		if !s.t.DType.IsFloat() {
+			send(importChunk{i: i, err: fmt.Errorf("%s (%s): dtype %s cannot be read as floats (F32, F16 and BF16 can)", s.t.Name, s.t.Where, s.t.DType)})
+			return
+		}
+		if s.t.Bytes() == 0 {
+			continue
+		}
+		rc, err := s.t.Open()
+		if err != nil {
+			send(importChunk{i: i, err: err})
+			return
+		}
+		// Block types are converted whole rows at a time.
+		row := int64(1)
+		if len(t.Shape) > 0 && t.Type.BlockSize() > 1 && !importSameType(t, s) {
+			row = int64(max(t.Shape[len(t.Shape)-1], 1))
+		}
+		rowBytes := row * int64(s.t.DType.Size())
+		chunk := min(max(1, importChunkBytes/rowBytes)*rowBytes, s.t.Bytes())
+		for left := s.t.Bytes(); left > 0; {
+			var buf []byte
+			select {
+			case buf = <-f.free:
+			case <-f.done:
+				rc.Close()
+				return
+			}
+			n := min(chunk, left)
+			if int64(cap(buf)) < n {
+				buf = make([]byte, chunk)
+			}
+			buf = buf[:n]
+			if _, err := io.ReadFull(rc, buf); err != nil {
+				if err == io.EOF || err == io.ErrUnexpectedEOF {
+					err = fmt.Errorf("%s (%s): data ends early (truncated file?)", s.t.Name, s.t.Where)
+				}
+				rc.Close()
+				send(importChunk{i: i, err: err})
+				return
+			}
+			if !send(importChunk{i: i, buf: buf}) {
+				rc.Close()
+				return
+			}
+			left -= n
+		}
+		rc.Close()
+	}
+}
+
+// copy writes tensor i: its source bytes as they are when the stored type is the source's,
+// else converted from them by the C encoder (ggufpack.Writer.WriteLE: the bytes the Go
+// encoders write for the decoded values, without decoding them in Go).
+func (f *importFeed) copy(w *ggufpack.Writer, i int) error {
+	t, s := f.table[i], f.srcs[i]
 	if s.transpose {
 		vals, err := s.t.ReadFloat32()
 		if err != nil {
@@ -372,38 +475,31 @@ func copyTensor(w *ggufpack.Writer, t ggufpack.Tensor, s importSource) error {
 		}
 		return w.WriteFloat32(importSwapLast2(vals, s.t.Shape))
 	}
-	fr, err := s.t.Floats()
-	if err != nil {
-		return err
-	}
-	defer fr.Close()
-	row := 1 // block types are encoded whole rows at a time
-	if len(t.Shape) > 0 && t.Type.BlockSize() > 1 {
-		row = max(t.Shape[len(t.Shape)-1], 1)
-	}
-	chunk := make([]float32, min(max(1, (256<<10)/row), max(int(s.t.NumElements())/row, 1))*row)
-	for {
-		n := 0
-		for n < len(chunk) {
-			m, err := fr.Read(chunk[n:])
-			n += m
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
+	from := map[ckpt.DType]gguf.DType{ckpt.F32: gguf.F32, ckpt.F16: gguf.F16, ckpt.BF16: gguf.BF16}[s.t.DType]
+	same := importSameType(t, s)
+	for left := s.t.Bytes(); left > 0; {
+		c, ok := <-f.chunks
+		switch {
+		case !ok:
+			return fmt.Errorf("%s (%s): the reader stopped early", s.t.Name, s.t.Where)
+		case c.err != nil:
+			return c.err
+		case c.i != i:
+			return fmt.Errorf("%s (%s): internal error: the reader sent tensor %d's bytes", s.t.Name, s.t.Where, c.i)
 		}
-		if n == 0 {
-			return nil
+		var err error
+		if same {
+			err = w.WriteRaw(c.buf)
+		} else {
+			err = w.WriteLE(c.buf, from)
 		}
-		if err := w.WriteFloat32(chunk[:n]); err != nil {
+		left -= int64(len(c.buf))
+		f.free <- c.buf
+		if err != nil {
 			return err
 		}
-		if n < len(chunk) {
-			return nil
-		}
 	}
+	return nil
 }
 
 // importSwapLast2 transposes the last two dims of a row-major tensor of shape.

@@ -58,6 +58,7 @@ func openFile(path string, read func(r io.ReaderAt, size int64, label string) (*
 		f.Close()
 		return nil, err
 	}
+	adviseSequential(f)
 	c, err := read(f, st.Size(), filepath.Base(path))
 	if err != nil {
 		f.Close()

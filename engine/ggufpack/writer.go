@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 
+	"github.com/voxpipe/voxpipe/cgo"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 )
 
@@ -31,7 +33,8 @@ type Writer struct {
 	cur    int    // tensor being written
 	done   uint64 // its bytes written so far
 	closed bool
-	buf    []byte // encoded values, reused across WriteFloat32 calls
+	buf    []byte    // encoded values, reused across WriteFloat32 and WriteLE calls
+	vals   []float32 // decoded values, reused across WriteLE calls to Q4_K
 }
 
 // rowLen is the innermost dimension (1 for a scalar).
@@ -190,6 +193,70 @@ func (w *Writer) WriteFloat32(vals []float32) error {
 		return fmt.Errorf("ggufpack: tensor %q: %w", t.Name, err)
 	}
 	return w.WriteRaw(w.buf)
+}
+
+// WriteLE appends values of the current tensor given as the little-endian bytes of a
+// checkpoint's element type from (F32, F16 or BF16; whole rows for block types), encoded to
+// its stored type: the same bytes WriteFloat32 writes for the decoded values, converted by
+// the engine's C encoder straight from src on every CPU (Q4_K is decoded there and
+// quantised in Go).
+func (w *Writer) WriteLE(src []byte, from gguf.DType) error {
+	if err := w.enc.Err(); err != nil {
+		return err
+	}
+	if w.cur >= len(w.table) {
+		return errors.New("ggufpack: more data than the table holds")
+	}
+	t := w.table[w.cur]
+	cf, es := cgo.F32, 4
+	switch from {
+	case gguf.F16:
+		cf, es = cgo.F16, 2
+	case gguf.BF16:
+		cf, es = cgo.BF16, 2
+	case gguf.F32:
+	default:
+		return fmt.Errorf("ggufpack: tensor %q: source type %v (F32, F16 or BF16)", t.Name, from)
+	}
+	if len(src)%es != 0 {
+		return fmt.Errorf("ggufpack: tensor %q: %d bytes is not whole %v values", t.Name, len(src), from)
+	}
+	n := len(src) / es
+	var ct cgo.DType
+	switch t.Type {
+	case gguf.F32:
+		ct = cgo.F32
+	case gguf.F16:
+		ct = cgo.F16
+	case gguf.BF16:
+		ct = cgo.BF16
+	case gguf.Q8_0:
+		ct = cgo.Q8_0
+	default: // Q4_K: decoded in C, quantised by WriteFloat32
+		if cap(w.vals) < n {
+			w.vals = make([]float32, n)
+		}
+		vals := w.vals[:n]
+		if err := cgo.DecodeFloats(vals, src, cf, runtime.GOMAXPROCS(0)); err != nil {
+			return fmt.Errorf("ggufpack: tensor %q: %w", t.Name, err)
+		}
+		return w.WriteFloat32(vals)
+	}
+	bs, bb := uint64(t.Type.BlockSize()), uint64(t.Type.BlockBytes())
+	if uint64(n)%uint64(max(rowLen(t), 1)) != 0 && bs > 1 {
+		return fmt.Errorf("ggufpack: tensor %q: %d values is not whole rows of %d", t.Name, n, rowLen(t))
+	}
+	need := uint64(n) / bs * bb
+	if need > w.sizes[w.cur]-w.done {
+		return fmt.Errorf("ggufpack: tensor %q: %d values more than it holds", t.Name, n)
+	}
+	if uint64(cap(w.buf)) < need {
+		w.buf = make([]byte, need)
+	}
+	if _, err := cgo.EncodeWeights(w.buf[:need], src, cf, ct, n, runtime.GOMAXPROCS(0)); err != nil {
+		return fmt.Errorf("ggufpack: tensor %q: %w", t.Name, err)
+	}
+	return w.WriteRaw(w.buf[:need])
 }
 
 // advance pads after a complete tensor and moves to the next one.
