@@ -53,6 +53,23 @@ func (c *Cache) touch(key string) {
 	}
 }
 
+// Remove closes and drops the programs whose key matches (those built over a buffer that is
+// about to be freed).
+func (c *Cache) Remove(match func(key string) bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.order[:0]
+	for _, k := range c.order {
+		if match(k) {
+			c.entries[k].Close()
+			delete(c.entries, k)
+			continue
+		}
+		kept = append(kept, k)
+	}
+	c.order = kept
+}
+
 // Len is the number of cached programs.
 func (c *Cache) Len() int {
 	c.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
@@ -50,6 +51,26 @@ type miottsBench struct {
 	TTSTokens           int          `json:"tts_tokens"`
 	TotalRTF            float64      `json:"total_rtf"`
 	PeakRSSMB           float64      `json:"peak_rss_mb"`
+	// Concurrent streams (--streams): the whole path of N simultaneous syntheses, their
+	// decode steps batched.
+	Streams []streamsBench `json:"streams,omitempty"`
+}
+
+// streamsBench are the figures of N concurrent streamed syntheses (the second of two runs,
+// so programs are compiled): tokens/s is every stream's speech tokens over the wall time of
+// the whole run (prefill, batched decode with sampling, codec); a stream's RTF is its wall
+// time over its audio; a chunk is late when it arrives after its playout time, playout
+// starting at the stream's first audio.
+type streamsBench struct {
+	Streams          int     `json:"streams"`
+	TokensPerS       float64 `json:"tokens_per_s"`
+	StreamTokensPerS float64 `json:"stream_tokens_per_s_min"` // the slowest stream's tokens over its own time
+	RTFMax           float64 `json:"rtf_max"`                 // the slowest stream's
+	TTFAMsP50        float64 `json:"ttfa_ms_p50"`
+	TTFAMsP95        float64 `json:"ttfa_ms_p95"`
+	Chunks           int     `json:"chunks"`
+	LateChunks       int     `json:"late_chunks"`
+	MeanBatch        float64 `json:"mean_batch"` // stream steps per decode round
 }
 
 // samplerBench are the sampler settings the decode figure ran with.
@@ -73,9 +94,21 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	codecTokens := fs.Int("codec-tokens", 100, "tokens decoded offline for the codec figure")
 	refSeconds := fs.Float64("ref-seconds", 10, "reference clip length for the speaker embedding figure")
 	ttsTokens := fs.Int("tts-tokens", 100, "speech tokens of the end-to-end streamed utterance")
+	streams := fs.String("streams", "", "also run N concurrent streamed syntheses for each N in this comma-separated list (e.g. 1,2,4,8): aggregate tokens/s, per-stream RTF, TTFA, late chunks")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	var streamCounts []int
+	for f := range strings.SplitSeq(*streams, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 64 {
+			return fmt.Errorf("--streams %q: want counts from 1 to 64, comma-separated", *streams)
+		}
+		streamCounts = append(streamCounts, n)
 	}
 	if *model == "" || *codec == "" {
 		fs.Usage()
@@ -173,6 +206,16 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 		res.TTFAMs, res.TTSTokens = ms(first), st.Tokens
 		res.TotalRTF = took.Seconds() / (float64(st.Samples) / float64(tts.SampleRate()))
 	}
+	for _, n := range streamCounts {
+		logf("%d concurrent streams…\n", n)
+		var r streamsBench
+		for range 2 {
+			if r, err = benchStreams(tts, emb, n, *ttsTokens); err != nil {
+				return err
+			}
+		}
+		res.Streams = append(res.Streams, r)
+	}
 	res.PeakRSSMB = peakRSSMB()
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
@@ -187,8 +230,80 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "  speaker embedding      %8.1f ms for %.0f s of reference\n", res.SpeakerMs, res.SpeakerSeconds)
 	fmt.Fprintf(stdout, "  codec, %d tokens      %8.1f ms (RTF %.3f)\n", res.CodecTokens, res.CodecMs, res.CodecRTF)
 	fmt.Fprintf(stdout, "  time to first audio    %8.1f ms; %d tokens streamed at RTF %.3f\n", res.TTFAMs, res.TTSTokens, res.TotalRTF)
+	for _, r := range res.Streams {
+		fmt.Fprintf(stdout, "  %2d streams at once     %8.1f tokens/s together; slowest stream %.1f tokens/s, RTF %.2f; TTFA p50 %.0f ms, p95 %.0f ms; %d of %d chunks late; mean batch %.2f\n",
+			r.Streams, r.TokensPerS, r.StreamTokensPerS, r.RTFMax, r.TTFAMsP50, r.TTFAMsP95, r.LateChunks, r.Chunks, r.MeanBatch)
+	}
 	fmt.Fprintf(stdout, "  peak RSS               %8.0f MB\n", res.PeakRSSMB)
 	return nil
+}
+
+// benchStreams runs n streamed syntheses of up to tokens speech tokens at once (different
+// texts and seeds) and measures them as streamsBench describes.
+func benchStreams(tts *miotts.TTS, emb []float32, n, tokens int) (streamsBench, error) {
+	type result struct {
+		tokens      int
+		took, first time.Duration
+		audio       float64 // seconds
+		chunks      int
+		late        int
+		err         error
+	}
+	results := make([]result, n)
+	before := tts.LM.BatchStats()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r := &results[i]
+			t0 := time.Now()
+			var played float64 // seconds of audio before this chunk
+			req := miotts.Request{Text: fmt.Sprintf("Caller %d: thank you for calling, how can I help you today?", i+1), Embedding: emb,
+				Gen: miotts.GenOptions{MaxNew: tokens, Seed: uint64(100 + i)}}
+			st, err := tts.Synthesize(context.Background(), req, func(c miotts.Chunk) error {
+				if len(c.Samples) == 0 {
+					return nil
+				}
+				now := time.Since(t0)
+				if r.first == 0 {
+					r.first = now
+				}
+				r.chunks++
+				if now > r.first+time.Duration(played*float64(time.Second)) {
+					r.late++
+				}
+				played += float64(len(c.Samples)) / float64(tts.SampleRate())
+				return nil
+			})
+			r.took, r.tokens, r.err = time.Since(t0), st.Tokens, err
+			r.audio = float64(st.Samples) / float64(tts.SampleRate())
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	after := tts.LM.BatchStats()
+	b := streamsBench{Streams: n, StreamTokensPerS: math.Inf(1)}
+	var ttfa []float64
+	total := 0
+	for _, r := range results {
+		if r.err != nil {
+			return b, r.err
+		}
+		total += r.tokens
+		b.StreamTokensPerS = min(b.StreamTokensPerS, float64(r.tokens)/r.took.Seconds())
+		if r.audio > 0 {
+			b.RTFMax = max(b.RTFMax, r.took.Seconds()/r.audio)
+		}
+		ttfa = append(ttfa, ms(r.first))
+		b.Chunks += r.chunks
+		b.LateChunks += r.late
+	}
+	b.TokensPerS = float64(total) / wall.Seconds()
+	b.TTFAMsP50, b.TTFAMsP95 = percentile(ttfa, 50), percentile(ttfa, 95)
+	if rounds := after.Rounds - before.Rounds; rounds > 0 {
+		b.MeanBatch = float64(after.Rows-before.Rows) / float64(rounds)
+	}
+	return b, nil
 }
 
 // lmResult are benchLM's figures.

@@ -22,7 +22,7 @@ var layerRules = []struct {
 	{"voice", []string{"rtc", "tts", "server/metrics", "cmd"}},
 	{"rtc", []string{"tts", "telephony", "voice", "models", "engine", "server/metrics", "cmd"}},
 	{"tts", []string{"rtc", "telephony", "voice", "models", "engine", "server/metrics", "cmd"}},
-	{"telephony", []string{"rtc", "voice", "models", "engine", "server/metrics", "cmd"}}, // tts/audioout's μ-law is shared
+	{"telephony", []string{"rtc", "voice", "models", "engine", "server/metrics", "cmd"}},           // tts/audioout's μ-law is shared
 	{"worker", []string{"tts", "telephony", "voice", "models", "engine", "server/metrics", "cmd"}}, // rtc's media path is shared
 	{"server", []string{"cmd", "models", "engine"}},
 	{"server/auth", []string{"engine", "models", "stream", "voice", "rtc", "tts", "cmd", "server/metrics"}},

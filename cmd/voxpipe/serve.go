@@ -203,6 +203,9 @@ type app struct {
 	closers  []func()
 	once     sync.Once
 	draining atomic.Bool // a shutdown has begun: /readyz answers 503
+	// ttsBatches reports MioTTS's batched decode rounds and the stream steps in them (nil
+	// without a TTS model).
+	ttsBatches func() (rounds, steps int64)
 }
 
 func (a *app) close() {
@@ -260,6 +263,9 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 		OnSession: met.Session, OnDone: met.TTSDone, OnReject: met.Rejected})
 	for _, name := range synths.Names() {
 		met.Admission(name, ttsSrv.Admission(name))
+	}
+	if a.ttsBatches != nil {
+		met.DecodeBatches("miotts", a.ttsBatches)
 	}
 	var ips []string
 	if o.publicIP != "" {
@@ -425,6 +431,7 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 		return nil, err
 	}
 	a.closers = append(a.closers, mt.Close)
+	a.ttsBatches = func() (int64, int64) { st := mt.LM.BatchStats(); return st.Rounds, st.Rows }
 	files := map[string]string{}
 	if o.ttsVoice != "" {
 		mt.DefaultVoice = o.ttsVoice

@@ -112,10 +112,14 @@ func TestServeTTSWithVoiceLibrary(t *testing.T) {
 	}
 	m, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`voxpipe_tts_ttfa_seconds_count{model="miotts"} 2`, `voxpipe_admission_slots{model="miotts"} 2`} {
+	for _, want := range []string{`voxpipe_tts_ttfa_seconds_count{model="miotts"} 2`, `voxpipe_admission_slots{model="miotts"} 2`,
+		`voxpipe_decode_rounds_total{model="miotts"} `, `voxpipe_decode_steps_total{model="miotts"} `} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	if strings.Contains(string(m), `voxpipe_decode_steps_total{model="miotts"} 0`+"\n") {
+		t.Error("two utterances spoken, no decode step counted")
 	}
 	resp, _ = http.Get(base + "/v1/voices")
 	var list struct {

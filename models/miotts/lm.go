@@ -38,6 +38,8 @@ type LM struct {
 
 	mu   sync.Mutex
 	idle []*qwen3.Session // finished sessions kept with their compiled programs
+
+	steps *stepper // the decode steps of concurrent Generate calls, run together
 }
 
 // maxIdle bounds the sessions kept for reuse (each holds a KV cache).
@@ -122,6 +124,7 @@ func LoadLM(path string, backend engine.Backend) (*LM, error) {
 	if lm.Model, err = qwen3.FromSource(cfg, f, backend); err != nil {
 		return nil, err
 	}
+	lm.steps = newStepper(lm.Model)
 	return lm, nil
 }
 
@@ -242,7 +245,8 @@ var ErrCanceled = errors.New("miotts: generation canceled")
 // Generate writes MioCodec tokens for one piece of normalised text, calling emit with each
 // token (0..12799) as soon as it is chosen. It stops at EOS, at the token cap, when emit
 // fails, or when ctx is done (checked before every decode step, so a cancel stops compute
-// within one step).
+// within one step). Concurrent calls share their decode steps (one batched model step for
+// all generating streams); each keeps its own prompt, sampler, seed and cap.
 func (lm *LM) Generate(ctx context.Context, text string, opt GenOptions, emit func(code int32) error) (st GenStats, err error) {
 	prompt := lm.Prompt(text)
 	st.PromptTokens = len(prompt)
@@ -287,6 +291,10 @@ func (lm *LM) Generate(ctx context.Context, text string, opt GenOptions, emit fu
 	}
 	st.Prefill = time.Since(t0)
 	history := append(make([]int32, 0, len(prompt)+maxNew), prompt...)
+	// From here the stream's steps run batched with the other generating streams'.
+	lm.steps.join()
+	defer lm.steps.leave()
+	req := &stepReq{done: make(chan struct{}, 1)}
 	t0 = time.Now()
 	defer func() { st.Decode = time.Since(t0) }()
 	for st.Tokens < maxNew {
@@ -306,7 +314,7 @@ func (lm *LM) Generate(ctx context.Context, text string, opt GenOptions, emit fu
 			return st, fmt.Errorf("%w: %w", ErrCanceled, err)
 		}
 		history = append(history, id)
-		if logits, err = sess.Step(id); err != nil {
+		if logits, err = lm.steps.step(req, sess, id); err != nil {
 			return st, fmt.Errorf("miotts: decode step %d: %w", st.Tokens, err)
 		}
 	}

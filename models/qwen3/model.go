@@ -84,6 +84,9 @@ type Model struct {
 
 	mu         sync.Mutex
 	restricted []restrictedHead // output heads made by SetOutputRows, shared by sessions
+
+	batchMu sync.Mutex    // one StepBatch at a time: its programs are not reentrant
+	batch   *engine.Cache // StepBatch's programs, keyed by their sessions and cache lengths
 }
 
 // restrictedHead is the head for one row set: gathered once per model, not per session.
@@ -167,6 +170,11 @@ func (m *Model) Close() {
 	}
 	m.restricted = nil
 	m.mu.Unlock()
+	m.batchMu.Lock()
+	if m.batch != nil {
+		m.batch.Close()
+	}
+	m.batchMu.Unlock()
 }
 
 // restrictedHead returns the output head holding rows, in that order, making it on first
@@ -207,6 +215,7 @@ func (m *Model) restrictedHead(rows []int32) (*engine.Buffer, error) {
 // A Session is used by one goroutine at a time.
 type Session struct {
 	m      *Model
+	id     uint64 // names the session in StepBatch's program keys
 	maxT   int
 	pos    int              // positions already in the cache
 	kc, vc []*engine.Buffer // per layer [KVHeads, MaxT, HeadDim]
@@ -230,7 +239,7 @@ func (m *Model) NewSession(maxTokens int) (*Session, error) {
 	if c.MaxPos > 0 && maxTokens > c.MaxPos {
 		return nil, fmt.Errorf("qwen3: session of %d tokens exceeds max_position_embeddings %d", maxTokens, c.MaxPos)
 	}
-	s := &Session{m: m, maxT: maxTokens, cache: engine.NewCache(m.backend, maxPrograms)}
+	s := &Session{m: m, id: sessionIDs.Add(1), maxT: maxTokens, cache: engine.NewCache(m.backend, maxPrograms)}
 	for i := range c.Layers {
 		k, err := m.backend.Alloc(fmt.Sprintf("kv.%d.k", i), engine.F32, int64(c.KVHeads), int64(maxTokens), int64(c.HeadDim))
 		if err != nil {
@@ -261,6 +270,7 @@ func (s *Session) Reset() { s.pos = 0 }
 func (s *Session) Close() {
 	if s.cache != nil {
 		s.cache.Close()
+		s.m.forgetBatch(s) // before its caches are freed: batch programs write them
 	}
 	s.head = nil // owned by the model
 	for _, b := range s.kc {

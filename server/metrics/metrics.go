@@ -155,6 +155,20 @@ func (m *Metrics) Scheduler(s *stream.Scheduler) {
 	)
 }
 
+// DecodeBatches exports a language model's batched decoding as counters read at scrape time:
+// the decode rounds run and the stream steps they held (steps ÷ rounds is the mean batch).
+func (m *Metrics) DecodeBatches(model string, stats func() (rounds, steps int64)) {
+	labels := prometheus.Labels{"model": model}
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_decode_rounds_total", ConstLabels: labels,
+			Help: "Decode rounds run: one model step for every stream generating at the time."},
+			func() float64 { r, _ := stats(); return float64(r) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_decode_steps_total", ConstLabels: labels,
+			Help: "Stream decode steps run in those rounds; divided by the rounds, the mean batch size."},
+			func() float64 { _, s := stats(); return float64(s) }),
+	)
+}
+
 // Admission exports a model's admission load as gauges read at scrape time.
 func (m *Metrics) Admission(model string, a *stream.Admission) {
 	for _, g := range []struct {

@@ -43,6 +43,7 @@ func TestMetrics(t *testing.T) {
 	m.Rejected("miotts", "busy")
 	a := stream.NewAdmission(3, time.Second)
 	m.Admission("miotts", a)
+	m.DecodeBatches("miotts", func() (int64, int64) { return 3, 7 })
 	sched := stream.NewScheduler(1)
 	defer sched.Close()
 	m.Scheduler(sched)
@@ -64,6 +65,8 @@ func TestMetrics(t *testing.T) {
 		`voxpipe_rejected_requests_total{model="miotts",reason="busy"} 1`,
 		`voxpipe_admission_slots{model="miotts"} 3`,
 		`voxpipe_admission_active{model="miotts"} 0`,
+		`voxpipe_decode_rounds_total{model="miotts"} 3`,
+		`voxpipe_decode_steps_total{model="miotts"} 7`,
 		`voxpipe_scheduler_load 0`,
 		`voxpipe_scheduler_queued 0`,
 		`go_goroutines`,

@@ -1,0 +1,192 @@
+package qwen3
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/models/nn"
+)
+
+// Batched decoding: one program computes the next token's logits for several sessions at
+// once. A decode step of one session multiplies a single row by every weight matrix, so its
+// cost is reading the weights; B sessions stepping together share that read (one product of
+// B rows per projection), while each attends over its own KV cache at its own position.
+
+// MaxBatch is the most sessions one StepBatch runs together.
+const MaxBatch = 16
+
+// maxBatchPrograms bounds the batch programs kept: one per set of sessions and cache
+// lengths, so a set that steps together compiles again only when one of its sessions moves
+// to the next cache bucket or the set changes.
+const maxBatchPrograms = 32
+
+// sessionIDs numbers sessions for the batch program keys.
+var sessionIDs atomic.Uint64
+
+// StepBatch feeds ids[i] to sessions[i] at its position Pos() and returns each session's
+// logits (a slice owned by the session, as Step's, valid until its next call). The sessions
+// must be distinct, of this model, open, and share one output head (SetOutputRows). One
+// session alone runs its own Step program. The logits equal Step's up to the rounding of
+// the matrix kernels, which may differ between one row and several.
+func (m *Model) StepBatch(sessions []*Session, ids []int32) ([][]float32, error) {
+	n := len(sessions)
+	if n == 0 || n != len(ids) {
+		return nil, fmt.Errorf("qwen3: batch of %d sessions and %d ids", n, len(ids))
+	}
+	if n > MaxBatch {
+		return nil, fmt.Errorf("qwen3: batch of %d sessions (at most %d)", n, MaxBatch)
+	}
+	if n == 1 {
+		if sessions[0].m != m {
+			return nil, errors.New("qwen3: session of another model")
+		}
+		l, err := sessions[0].Step(ids[0])
+		return [][]float32{l}, err
+	}
+	vocab := int32(m.Config.Vocab)
+	ls := make([]int, n)
+	var key strings.Builder
+	key.WriteString("batch")
+	seen := make(map[*Session]bool, n)
+	for i, s := range sessions {
+		switch {
+		case s.m != m:
+			return nil, errors.New("qwen3: session of another model")
+		case s.cache == nil:
+			return nil, errors.New("qwen3: session is closed")
+		case seen[s]:
+			return nil, errors.New("qwen3: a session twice in one batch")
+		case s.head != sessions[0].head:
+			return nil, errors.New("qwen3: sessions with different output rows in one batch")
+		case s.trace:
+			return nil, errors.New("qwen3: traced sessions step alone")
+		case s.pos+1 > s.maxT:
+			return nil, fmt.Errorf("qwen3: a token at position %d overflows the %d-position cache", s.pos, s.maxT)
+		case ids[i] < 0 || ids[i] >= vocab:
+			return nil, fmt.Errorf("qwen3: token id %d outside the vocabulary of %d", ids[i], vocab)
+		}
+		seen[s] = true
+		ls[i] = min(s.maxT, (s.pos+1+bucket-1)/bucket*bucket)
+		fmt.Fprintf(&key, "/%d:%d", s.id, ls[i])
+	}
+
+	m.batchMu.Lock()
+	defer m.batchMu.Unlock()
+	if m.batch == nil {
+		m.batch = engine.NewCache(m.backend, maxBatchPrograms)
+	}
+	prog, err := m.batch.Get(key.String(), func() (*engine.Graph, error) {
+		g := m.buildBatch(sessions, ls)
+		return g, g.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	copy(prog.InputInt32("ids"), ids)
+	pos := prog.InputInt32("pos")
+	ninf := float32(math.Inf(-1))
+	for i, s := range sessions {
+		pos[i] = int32(s.pos)
+		mask := prog.Input(fmt.Sprintf("mask%d", i)) // [1, L]: the cache up to the new token
+		for j := range mask {
+			if j <= s.pos {
+				mask[j] = 0
+			} else {
+				mask[j] = ninf
+			}
+		}
+	}
+	if err := prog.Run(); err != nil {
+		return nil, err
+	}
+	all := prog.Output("logits") // [n, rows]
+	r := len(all) / n
+	out := make([][]float32, n)
+	for i, s := range sessions {
+		s.pos++
+		s.logits = append(s.logits[:0], all[i*r:(i+1)*r]...)
+		out[i] = s.logits
+	}
+	return out, nil
+}
+
+// forgetBatch drops the batch programs that use s's caches.
+func (m *Model) forgetBatch(s *Session) {
+	m.batchMu.Lock()
+	defer m.batchMu.Unlock()
+	if m.batch == nil {
+		return
+	}
+	tag := fmt.Sprintf("/%d:", s.id)
+	m.batch.Remove(func(key string) bool { return strings.Contains(key, tag) })
+}
+
+// buildBatch is build for one new token of each session: the rows of all sessions go through
+// the projections and the MLP together; session b's keys and values are written into its
+// own caches at pos[b] and its query attends over the first ls[b] positions under "mask{b}".
+func (m *Model) buildBatch(sessions []*Session, ls []int) *engine.Graph {
+	c := m.Config
+	B := int64(len(sessions))
+	H, KV, D := int64(c.Heads), int64(c.KVHeads), int64(c.HeadDim)
+	eps, theta := float32(c.RMSEps), float32(c.RopeTheta)
+
+	g := engine.NewGraph(fmt.Sprintf("qwen3.batch[B=%d]", B))
+	ids := g.Input("ids", engine.I32, B)
+	pos := g.Input("pos", engine.I32, B)
+	masks := make([]engine.Tensor, B)
+	for b := range masks {
+		masks[b] = g.Input(fmt.Sprintf("mask%d", b), engine.F32, 1, int64(ls[b]))
+	}
+	w := m.w
+	x := w.Embed.Forward(g, ids) // [B, Hidden]: one row per session
+
+	// heads turns [B, n·D] into [1, n, B, D], the sessions in the place of the tokens.
+	heads := func(y engine.Tensor, n int64, norm *nn.RMSNorm) engine.Tensor {
+		y = g.Reshape(y, B, n, D)
+		if norm != nil {
+			y = norm.Forward(g, y, eps)
+		}
+		return g.Permute(g.Reshape(y, 1, B, n, D), 0, 2, 1, 3)
+	}
+	// store writes session b's new row of y [1, KV, B, D] into its cache buf at pos[b] and
+	// returns the attended cache view [1, KV, L, D].
+	store := func(buf *engine.Buffer, y engine.Tensor, b int64) engine.Tensor {
+		maxT := buf.Shape()[1]
+		cb := g.Persistent(buf) // [KV, MaxT, D]
+		g.ScatterRows(cb, g.Reshape(g.Slice(y, 2, b, b+1), KV, 1, D), g.Slice(pos, 0, b, b+1))
+		return g.Slice(g.Reshape(cb, 1, KV, maxT, D), 2, 0, int64(ls[b]))
+	}
+
+	att := make([]engine.Tensor, B)
+	for i := range w.Layers {
+		lb := &w.Layers[i]
+		g.Label(fmt.Sprintf("model.layers.%d", i))
+		h := lb.InNorm.Forward(g, x, eps)
+		q := g.RoPE(heads(lb.Q.Forward(g, h), H, &lb.QNorm), pos, D, engine.RoPEHalf, theta)
+		k := g.RoPE(heads(lb.K.Forward(g, h), KV, &lb.KNorm), pos, D, engine.RoPEHalf, theta)
+		v := heads(lb.V.Forward(g, h), KV, nil)
+		for b, s := range sessions {
+			bb := int64(b)
+			kAll := store(s.kc[i], k, bb)
+			vAll := store(s.vc[i], v, bb)
+			att[b] = g.Attention(g.Slice(q, 2, bb, bb+1), kAll, vAll, &masks[b], nil, 0) // [1, H, 1, D]
+		}
+		a := g.Reshape(g.Permute(g.Concat(2, att...), 0, 2, 1, 3), B, H*D)
+		x = g.Add(x, lb.O.Forward(g, a))
+
+		h2 := lb.PostNorm.Forward(g, x, eps)
+		mlp := g.Mul(g.SiLU(lb.Gate.Forward(g, h2)), lb.Up.Forward(g, h2))
+		x = g.Add(x, lb.Down.Forward(g, mlp))
+	}
+	g.Label("head")
+	head := m.head
+	if sessions[0].head != nil {
+		head = sessions[0].head
+	}
+	g.Output("logits", g.Linear(w.Norm.Forward(g, x, eps), g.Persistent(head), nil))
+	return g
+}
