@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/voxpipe/voxpipe/engine"
-	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 // Batched decoding: one program computes the next token's logits for several sessions at
@@ -131,8 +130,7 @@ func (m *Model) forgetBatch(s *Session) {
 func (m *Model) buildBatch(sessions []*Session, ls []int) *engine.Graph {
 	c := m.Config
 	B := int64(len(sessions))
-	H, KV, D := int64(c.Heads), int64(c.KVHeads), int64(c.HeadDim)
-	eps, theta := float32(c.RMSEps), float32(c.RopeTheta)
+	KV, D := int64(c.KVHeads), int64(c.HeadDim)
 
 	g := engine.NewGraph(fmt.Sprintf("qwen3.batch[B=%d]", B))
 	ids := g.Input("ids", engine.I32, B)
@@ -141,17 +139,8 @@ func (m *Model) buildBatch(sessions []*Session, ls []int) *engine.Graph {
 	for b := range masks {
 		masks[b] = g.Input(fmt.Sprintf("mask%d", b), engine.F32, 1, int64(ls[b]))
 	}
-	w := m.w
-	x := w.Embed.Forward(g, ids) // [B, Hidden]: one row per session
+	x := m.w.Embed.Forward(g, ids) // [B, Hidden]: one row per session, in the place of tokens
 
-	// heads turns [B, n·D] into [1, n, B, D], the sessions in the place of the tokens.
-	heads := func(y engine.Tensor, n int64, norm *nn.RMSNorm) engine.Tensor {
-		y = g.Reshape(y, B, n, D)
-		if norm != nil {
-			y = norm.Forward(g, y, eps)
-		}
-		return g.Permute(g.Reshape(y, 1, B, n, D), 0, 2, 1, 3)
-	}
 	// store writes session b's new row of y [1, KV, B, D] into its cache buf at pos[b] and
 	// returns the attended cache view [1, KV, L, D].
 	store := func(buf *engine.Buffer, y engine.Tensor, b int64) engine.Tensor {
@@ -160,33 +149,16 @@ func (m *Model) buildBatch(sessions []*Session, ls []int) *engine.Graph {
 		g.ScatterRows(cb, g.Reshape(g.Slice(y, 2, b, b+1), KV, 1, D), g.Slice(pos, 0, b, b+1))
 		return g.Slice(g.Reshape(cb, 1, KV, maxT, D), 2, 0, int64(ls[b]))
 	}
-
 	att := make([]engine.Tensor, B)
-	for i := range w.Layers {
-		lb := &w.Layers[i]
-		g.Label(fmt.Sprintf("model.layers.%d", i))
-		h := lb.InNorm.Forward(g, x, eps)
-		q := g.RoPE(heads(lb.Q.Forward(g, h), H, &lb.QNorm), pos, D, engine.RoPEHalf, theta)
-		k := g.RoPE(heads(lb.K.Forward(g, h), KV, &lb.KNorm), pos, D, engine.RoPEHalf, theta)
-		v := heads(lb.V.Forward(g, h), KV, nil)
+	attend := func(i int, q, k, v engine.Tensor) engine.Tensor {
 		for b, s := range sessions {
 			bb := int64(b)
-			kAll := store(s.kc[i], k, bb)
-			vAll := store(s.vc[i], v, bb)
-			att[b] = g.Attention(g.Slice(q, 2, bb, bb+1), kAll, vAll, &masks[b], nil, 0) // [1, H, 1, D]
+			att[b] = g.Attention(g.Slice(q, 2, bb, bb+1), store(s.kc[i], k, bb), store(s.vc[i], v, bb), &masks[b], nil, 0) // [1, H, 1, D]
 		}
-		a := g.Reshape(g.Permute(g.Concat(2, att...), 0, 2, 1, 3), B, H*D)
-		x = g.Add(x, lb.O.Forward(g, a))
-
-		h2 := lb.PostNorm.Forward(g, x, eps)
-		mlp := g.Mul(g.SiLU(lb.Gate.Forward(g, h2)), lb.Up.Forward(g, h2))
-		x = g.Add(x, lb.Down.Forward(g, mlp))
+		return g.Concat(2, att...)
 	}
+	x = m.layers(g, x, pos, attend, nil)
 	g.Label("head")
-	head := m.head
-	if sessions[0].head != nil {
-		head = sessions[0].head
-	}
-	g.Output("logits", g.Linear(w.Norm.Forward(g, x, eps), g.Persistent(head), nil))
+	g.Output("logits", g.Linear(m.w.Norm.Forward(g, x, float32(c.RMSEps)), g.Persistent(m.outputHead(sessions[0])), nil))
 	return g
 }

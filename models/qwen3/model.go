@@ -422,26 +422,15 @@ func (s *Session) Step(id int32) ([]float32, error) { return s.Prefill([]int32{i
 func (s *Session) build(t, l int) *engine.Graph {
 	c := s.m.Config
 	T, L := int64(t), int64(l)
-	H, KV, D, maxT := int64(c.Heads), int64(c.KVHeads), int64(c.HeadDim), int64(s.maxT)
-	eps, theta := float32(c.RMSEps), float32(c.RopeTheta)
+	KV, D, maxT := int64(c.KVHeads), int64(c.HeadDim), int64(s.maxT)
 
 	g := engine.NewGraph(fmt.Sprintf("qwen3[T=%d,L=%d]", t, l))
 	ids := g.Input("ids", engine.I32, T)
 	pos := g.Input("pos", engine.I32, T)
 	mask := g.Input("mask", engine.F32, T, L)
-	w := s.m.w
-	x := w.Embed.Forward(g, ids) // [T, Hidden]
+	x := s.m.w.Embed.Forward(g, ids) // [T, Hidden]
 	if s.trace {
 		g.Output("embed", x)
-	}
-
-	// heads turns [T, n·D] into [1, n, T, D] (a view) after a per-head RMSNorm if norm != nil.
-	heads := func(y engine.Tensor, n int64, norm *nn.RMSNorm) engine.Tensor {
-		y = g.Reshape(y, T, n, D)
-		if norm != nil {
-			y = norm.Forward(g, y, eps)
-		}
-		return g.Permute(g.Reshape(y, 1, T, n, D), 0, 2, 1, 3)
 	}
 	// store writes the new rows y [1, KV, T, D] into the cache rows given by pos of every KV
 	// head and returns the attended cache view [1, KV, L, D].
@@ -450,34 +439,62 @@ func (s *Session) build(t, l int) *engine.Graph {
 		g.ScatterRows(cb, g.Reshape(y, KV, T, D), pos)
 		return g.Slice(g.Reshape(cb, 1, KV, maxT, D), 2, 0, L)
 	}
+	attend := func(i int, q, k, v engine.Tensor) engine.Tensor {
+		return g.Attention(q, store(s.kc[i], k), store(s.vc[i], v), &mask, nil, 0)
+	}
+	var trace func(int, engine.Tensor)
+	if s.trace {
+		trace = func(i int, x engine.Tensor) { g.Output(fmt.Sprintf("layer%d", i), x) }
+	}
+	x = s.m.layers(g, x, pos, attend, trace)
+	g.Label("head")
+	last := s.m.w.Norm.Forward(g, g.Slice(x, 0, T-1, T), float32(c.RMSEps))
+	g.Output("logits", g.Linear(last, g.Persistent(s.m.outputHead(s)), nil))
+	return g
+}
 
-	for i := range w.Layers {
-		lb := &w.Layers[i]
+// outputHead is the head s's logits come from: its restricted rows, or the whole vocabulary.
+func (m *Model) outputHead(s *Session) *engine.Buffer {
+	if s.head != nil {
+		return s.head
+	}
+	return m.head
+}
+
+// layers runs x [T, Hidden] — T tokens of one session, or one token of each of T sessions —
+// through the decoder layers at positions pos [T]. attend gets layer i's queries
+// [1, H, T, D] and new keys and values [1, KV, T, D] (normed, rotated) and returns the
+// attention output [1, H, T, D]: it is what differs between one session and a batch. after,
+// if not nil, sees each layer's output.
+func (m *Model) layers(g *engine.Graph, x, pos engine.Tensor, attend func(i int, q, k, v engine.Tensor) engine.Tensor, after func(i int, x engine.Tensor)) engine.Tensor {
+	c := m.Config
+	T := x.Dim(0)
+	H, KV, D := int64(c.Heads), int64(c.KVHeads), int64(c.HeadDim)
+	eps, theta := float32(c.RMSEps), float32(c.RopeTheta)
+	// heads turns [T, n·D] into [1, n, T, D] (a view) after a per-head RMSNorm if norm != nil.
+	heads := func(y engine.Tensor, n int64, norm *nn.RMSNorm) engine.Tensor {
+		y = g.Reshape(y, T, n, D)
+		if norm != nil {
+			y = norm.Forward(g, y, eps)
+		}
+		return g.Permute(g.Reshape(y, 1, T, n, D), 0, 2, 1, 3)
+	}
+	for i := range m.w.Layers {
+		lb := &m.w.Layers[i]
 		g.Label(fmt.Sprintf("model.layers.%d", i))
 		h := lb.InNorm.Forward(g, x, eps)
 		q := g.RoPE(heads(lb.Q.Forward(g, h), H, &lb.QNorm), pos, D, engine.RoPEHalf, theta)
 		k := g.RoPE(heads(lb.K.Forward(g, h), KV, &lb.KNorm), pos, D, engine.RoPEHalf, theta)
 		v := heads(lb.V.Forward(g, h), KV, nil)
-		kAll := store(s.kc[i], k)
-		vAll := store(s.vc[i], v)
-
-		att := g.Attention(q, kAll, vAll, &mask, nil, 0) // [1, H, T, D]
-		att = g.Reshape(g.Permute(att, 0, 2, 1, 3), T, H*D)
+		att := g.Reshape(g.Permute(attend(i, q, k, v), 0, 2, 1, 3), T, H*D)
 		x = g.Add(x, lb.O.Forward(g, att))
 
 		h2 := lb.PostNorm.Forward(g, x, eps)
 		mlp := g.Mul(g.SiLU(lb.Gate.Forward(g, h2)), lb.Up.Forward(g, h2))
 		x = g.Add(x, lb.Down.Forward(g, mlp))
-		if s.trace {
-			g.Output(fmt.Sprintf("layer%d", i), x)
+		if after != nil {
+			after(i, x)
 		}
 	}
-	g.Label("head")
-	last := w.Norm.Forward(g, g.Slice(x, 0, T-1, T), eps)
-	head := s.m.head
-	if s.head != nil {
-		head = s.head
-	}
-	g.Output("logits", g.Linear(last, g.Persistent(head), nil))
-	return g
+	return x
 }
