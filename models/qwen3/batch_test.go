@@ -17,17 +17,7 @@ import (
 // the restricted output head MioTTS uses. The stated tolerance is the kernels' rounding
 // (a product of several rows may sum in another order than one row's).
 func TestStepBatchMatchesSteps(t *testing.T) {
-	gd := openGolden(t)
-	f, err := gguf.OpenModel(gd.model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	raw, _ := f.EmbeddedFile("config.json")
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gd, f, cfg := openGoldenSource(t)
 	prompt := gd.i32(t, "prompt.ids")
 	greedy := gd.i32(t, "lm.greedy.ids")
 	be, err := engine.NewCPU(runtime.NumCPU())

@@ -35,6 +35,24 @@ func (q quantSource) Raw(name string) ([]byte, gguf.DType, []int, error) {
 	return raw, gguf.Q8_0, shape, err
 }
 
+// openGoldenSource opens the golden model as a weight source (for FromSource, re-encoded by
+// quantSource) with its config.
+func openGoldenSource(t *testing.T) (*golden, *gguf.Model, Config) {
+	t.Helper()
+	gd := openGolden(t)
+	f, err := gguf.OpenModel(gd.model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	raw, _ := f.EmbeddedFile("config.json")
+	cfg, err := ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gd, f, cfg
+}
+
 // TestQuantizedGolden loads the golden model with its matrices (embedding/head included) in
 // Q8_0 and in F16, teacher-forces the golden greedy run and compares the restricted logits
 // with the F32 reference: the error must stay within the documented tolerance (Q8_0: 5% of
@@ -44,17 +62,7 @@ func (q quantSource) Raw(name string) ([]byte, gguf.DType, []int, error) {
 // and the greedy token must match wherever the reference's top-2 margin exceeds twice that
 // step's error.
 func TestQuantizedGolden(t *testing.T) {
-	gd := openGolden(t)
-	f, err := gguf.OpenModel(gd.model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	raw, _ := f.EmbeddedFile("config.json")
-	cfg, err := ParseConfig(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gd, f, cfg := openGoldenSource(t)
 	ids := gd.i32(t, "prompt.ids")
 	wantIDs := gd.i32(t, "lm.greedy.ids")
 	wantLogits, shape := gd.f32(t, "lm.greedy.logits")
