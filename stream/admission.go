@@ -31,6 +31,7 @@ type Admission struct {
 	maxWait time.Duration
 
 	mu       sync.Mutex
+	fits     func(active int) bool // SetFits; nil: a free slot is enough
 	queued   int
 	avgHold  time.Duration // moving average of how long a stream holds its slot
 	rejected int64
@@ -41,13 +42,45 @@ func NewAdmission(slots int, maxWait time.Duration) *Admission {
 	return &Admission{slots: make(chan struct{}, max(1, slots)), maxWait: maxWait, avgHold: 5 * time.Second}
 }
 
+// SetFits makes a free slot not enough: a request also needs fits(active) — would one
+// more stream, with active already running, keep real time (a model's measured capacity).
+// Slots stay the cap. A request refused waits in line as for a full slot.
+func (a *Admission) SetFits(fits func(active int) bool) {
+	a.mu.Lock()
+	a.fits = fits
+	a.mu.Unlock()
+}
+
+// fitsCheck is the SetFits function, or nil.
+func (a *Admission) fitsCheck() func(int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fits
+}
+
+// take takes a free slot if the capacity check lets it.
+func (a *Admission) take() bool {
+	select {
+	case a.slots <- struct{}{}:
+	default:
+		return false
+	}
+	if fits := a.fitsCheck(); fits != nil && !fits(len(a.slots)-1) {
+		<-a.slots
+		return false
+	}
+	return true
+}
+
+// capacityPoll is how often a request waiting on the capacity check (not on a slot) asks
+// again: capacity frees up as streams end or steps get cheaper, with no event to wait on.
+const capacityPoll = 20 * time.Millisecond
+
 // Acquire waits for a slot; release must be called exactly once when the stream ends.
 // It fails with a *BusyError after MaxWait, or with ctx's error.
 func (a *Admission) Acquire(ctx context.Context) (release func(), err error) {
-	select {
-	case a.slots <- struct{}{}:
+	if a.take() {
 		return a.releaser(), nil
-	default:
 	}
 	a.mu.Lock()
 	a.queued++
@@ -62,13 +95,25 @@ func (a *Admission) Acquire(ctx context.Context) (release func(), err error) {
 	}()
 	t := time.NewTimer(a.maxWait)
 	defer t.Stop()
-	select {
-	case a.slots <- struct{}{}:
-		return a.releaser(), nil
-	case <-t.C:
-		return nil, &BusyError{RetryAfter: a.retryAfter()}
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	poll := time.NewTicker(capacityPoll)
+	defer poll.Stop()
+	for {
+		var slot chan struct{} // without a capacity check, wait on the slots themselves
+		if a.fitsCheck() == nil {
+			slot = a.slots
+		}
+		select {
+		case slot <- struct{}{}:
+			return a.releaser(), nil
+		case <-poll.C:
+			if a.take() {
+				return a.releaser(), nil
+			}
+		case <-t.C:
+			return nil, &BusyError{RetryAfter: a.retryAfter()}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 

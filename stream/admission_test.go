@@ -3,6 +3,8 @@ package stream
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -53,5 +55,60 @@ func TestAdmission(t *testing.T) {
 	r3()
 	if s := a.Stats(); s.Active != 0 || s.Queued != 0 {
 		t.Errorf("after releases: %+v", s)
+	}
+}
+
+// TestAdmissionFits: with a capacity check, a free slot is not enough — a request waits
+// until the check lets one more stream in, and is refused busy if it never does in time.
+func TestAdmissionFits(t *testing.T) {
+	a := NewAdmission(8, 300*time.Millisecond)
+	var capacity atomic.Int32
+	capacity.Store(1)
+	var asked []int
+	var mu sync.Mutex
+	a.SetFits(func(active int) bool {
+		mu.Lock()
+		asked = append(asked, active)
+		mu.Unlock()
+		return active < int(capacity.Load())
+	})
+	r1, err := a.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Slots are free but capacity is 1: the second waits, and gets in once capacity grows.
+	got := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		r, err := a.Acquire(context.Background())
+		if err == nil {
+			defer r()
+		}
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if s := a.Stats(); s.Active != 1 || s.Queued != 1 {
+		t.Errorf("while over capacity: %+v (the refused request must not hold a slot)", s)
+	}
+	capacity.Store(2)
+	if err := <-got; err != nil {
+		t.Fatalf("after capacity grew: %v", err)
+	}
+	if w := time.Since(start); w < 100*time.Millisecond {
+		t.Errorf("admitted after %v, before capacity grew", w)
+	}
+	// Capacity that never grows: busy after the wait.
+	capacity.Store(1)
+	if _, err := a.Acquire(context.Background()); !errors.Is(err, ErrBusy) {
+		t.Errorf("over capacity: %v, want busy", err)
+	}
+	r1()
+	if s := a.Stats(); s.Active != 0 || s.Rejected != 1 {
+		t.Errorf("after release: %+v", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) == 0 || asked[0] != 0 {
+		t.Errorf("capacity asked with active %v, want 0 first", asked)
 	}
 }

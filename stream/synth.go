@@ -66,6 +66,25 @@ type Synthesizer interface {
 	Synthesize(ctx context.Context, req SynthRequest, out func(SynthChunk) error) error
 }
 
+// CapacityAware is a Synthesizer that knows whether one more concurrent stream, with active
+// already running, would still generate in real time (from its measured step times).
+// Admission asks it before a request takes a free slot (Admission.SetFits).
+type CapacityAware interface {
+	Fits(active int) bool
+}
+
+// AdmissionFor makes the admission control of the synthesizer name: slots streams at most,
+// a wait of maxWait, and its measured capacity when it is CapacityAware.
+func (s *Synthesizers) AdmissionFor(name string, slots int, maxWait time.Duration) *Admission {
+	a := NewAdmission(slots, maxWait)
+	if syn, err := s.Get(name); err == nil {
+		if c, ok := syn.(CapacityAware); ok {
+			a.SetFits(c.Fits)
+		}
+	}
+	return a
+}
+
 // Synthesizers holds the loaded text-to-speech models by name.
 type Synthesizers struct {
 	mu sync.RWMutex

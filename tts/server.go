@@ -115,7 +115,7 @@ func (s *Server) admission(model string) *stream.Admission {
 	defer s.mu.Unlock()
 	a, ok := s.adm[model]
 	if !ok {
-		a = stream.NewAdmission(s.cfg.DefaultSlots, s.cfg.MaxWait)
+		a = s.cfg.Synthesizers.AdmissionFor(model, s.cfg.DefaultSlots, s.cfg.MaxWait)
 		s.adm[model] = a
 	}
 	return a

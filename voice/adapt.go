@@ -28,6 +28,9 @@ type miottsSynth struct {
 	voices *VoiceSet
 }
 
+// Fits: the language model's measured capacity (batched decode rounds within real time).
+func (m miottsSynth) Fits(active int) bool { return m.t.LM.Fits(active) }
+
 func (m miottsSynth) Info() stream.SynthInfo {
 	return stream.SynthInfo{Name: "miotts", SampleRate: m.t.SampleRate()}
 }

@@ -83,7 +83,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.ttsModel, "tts-model", "", "MioTTS language model (GGUF) for text to speech")
 	fs.StringVar(&o.codec, "codec", "", "MioCodec model (GGUF), with --tts-model")
 	fs.StringVar(&o.ttsVoice, "tts-voice", "", "default TTS voice: a reference clip file (.wav, .flac, .ogg, .opus or .mp3), or a voice library id or name")
-	fs.IntVar(&o.ttsSlots, "tts-slots", 2, "concurrent TTS streams per model; more wait in line, then get busy/503")
+	fs.IntVar(&o.ttsSlots, "tts-slots", 8, "at most this many concurrent TTS streams per model, fewer when the model's measured capacity says more would not keep real time; more wait in line, then get busy/503")
 	fs.DurationVar(&o.ttsWait, "tts-queue", 2*time.Second, "how long a TTS request waits for a free slot")
 	fs.Var((*listFlag)(&o.vcModels), "vc-model", "MeanVC2 model `FILE` (GGUF), either variant; repeat the flag or comma-separate to load both: each adds the live voice meanvc2-<variant> (meanvc2-120ms: quality, meanvc2-40ms: low latency) and meanvc2 names the first; a target voice is a reference clip")
 	fs.Var((*listFlag)(&o.iceURLs), "ice-server", "a STUN or TURN `URL` (stun:HOST:PORT, turn:HOST:PORT?transport=udp) for the server's and its pages' ICE; repeat or comma-separate")
@@ -203,9 +203,8 @@ type app struct {
 	closers  []func()
 	once     sync.Once
 	draining atomic.Bool // a shutdown has begun: /readyz answers 503
-	// ttsBatches reports MioTTS's batched decode rounds and the stream steps in them (nil
-	// without a TTS model).
-	ttsBatches func() (rounds, steps int64)
+	// ttsBatches reports MioTTS's batched decoding (nil without a TTS model).
+	ttsBatches func() metrics.DecodeStats
 }
 
 func (a *app) close() {
@@ -431,7 +430,10 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 		return nil, err
 	}
 	a.closers = append(a.closers, mt.Close)
-	a.ttsBatches = func() (int64, int64) { st := mt.LM.BatchStats(); return st.Rounds, st.Rows }
+	a.ttsBatches = func() metrics.DecodeStats {
+		st := mt.LM.BatchStats()
+		return metrics.DecodeStats{Rounds: st.Rounds, Steps: st.Rows, Capacity: st.Capacity}
+	}
 	files := map[string]string{}
 	if o.ttsVoice != "" {
 		mt.DefaultVoice = o.ttsVoice

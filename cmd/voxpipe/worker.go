@@ -53,7 +53,7 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.StringVar(&o.ttsModel, "tts-model", "", "MioTTS language model (GGUF), for rooms in tts mode")
 	fs.StringVar(&o.codec, "codec", "", "MioCodec model (GGUF), with --tts-model")
 	fs.StringVar(&o.ttsVoice, "tts-voice", "", "default TTS voice: a clip file, or a voice library id or name")
-	fs.IntVar(&o.ttsSlots, "tts-slots", 2, "concurrent TTS streams per model; more wait in line, then fail busy")
+	fs.IntVar(&o.ttsSlots, "tts-slots", 8, "at most this many concurrent TTS streams per model, fewer when the model's measured capacity says more would not keep real time; more wait in line, then fail busy")
 	fs.DurationVar(&o.ttsWait, "tts-queue", 2*time.Second, "how long a text waits for a free TTS slot")
 	fs.DurationVar(&o.jitter, "jitter-target", 40*time.Millisecond, "initial jitter buffer target of a converted microphone")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
@@ -127,7 +127,7 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 			admMu.Lock()
 			defer admMu.Unlock()
 			if adm[model] == nil {
-				adm[model] = stream.NewAdmission(o.ttsSlots, o.ttsWait)
+				adm[model] = synths.AdmissionFor(model, o.ttsSlots, o.ttsWait)
 			}
 			return adm[model]
 		},

@@ -30,13 +30,26 @@ type stepper struct {
 	wake    chan struct{}
 
 	rounds, rows atomic.Int64 // batched steps run, and the stream steps in them
+
+	// tokenGap[b] is the time between a stream's tokens while b streams generate (an
+	// exponential average over every stream's steps, under mu; last measured at gapAt[b]):
+	// the round, the stream's sampling and codec work, the rounds it missed. What admission
+	// predicts capacity from.
+	tokenGap [qwen3.MaxBatch + 1]time.Duration
+	gapAt    [qwen3.MaxBatch + 1]time.Time
 }
 
+// gapAge is how long a measured token gap counts: the machine's other load changes, and a
+// count of streams measured in a busy minute must not refuse streams forever (a forgotten
+// count is probed again, a stream at a time).
+const gapAge = time.Minute
+
 // BatchStats are the decode rounds run since the model was loaded and the stream steps they
-// held: Rows/Rounds is the mean batch size.
+// held (Rows/Rounds is the mean batch size), and the capacity admission predicts from them.
 type BatchStats struct {
 	Rounds, Rows int64
 	Generating   int // streams generating now
+	Capacity     int // streams that would decode in real time together (Fits)
 }
 
 // BatchStats reports how the decode steps were batched.
@@ -44,8 +57,71 @@ func (lm *LM) BatchStats() BatchStats {
 	st := lm.steps
 	st.mu.Lock()
 	active := st.active
+	capacity := 0
+	for capacity < qwen3.MaxBatch && st.fits(capacity+1) {
+		capacity++
+	}
 	st.mu.Unlock()
-	return BatchStats{Rounds: st.rounds.Load(), Rows: st.rows.Load(), Generating: active}
+	return BatchStats{Rounds: st.rounds.Load(), Rows: st.rows.Load(), Generating: active, Capacity: capacity}
+}
+
+// Real time for MioTTS is a speech token every tokenPeriod (MioCodec's 25 Hz); admission
+// keeps each stream's measured gap between tokens within gapBudget of it, a margin for what
+// the measurements do not see yet (a joining stream's prefill, jitter).
+const (
+	tokenPeriod = 40 * time.Millisecond
+	gapBudget   = tokenPeriod * 9 / 10
+)
+
+// gapGrowth is how much longer the gap is predicted to be with one stream more than the most
+// measured so far (measured on 2 cores, the codec included: ×1.5 from 1 to 2 streams, ×1.6
+// from 2 to 4).
+const gapGrowth = 1.5
+
+// Fits reports whether active+1 streams would generate in real time together, from the token
+// gaps measured in the last gapAge: a count of streams measured must have kept within
+// gapBudget; one stream beyond the most measured is predicted from it (gapGrowth); further
+// than that is refused until the count in between has run (capacity is probed a stream at
+// a time). One stream alone always fits: there is no one to protect, and refusing it would
+// leave nothing to measure.
+func (lm *LM) Fits(active int) bool {
+	st := lm.steps
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.fits(active + 1)
+}
+
+// fits is Fits for b streams; st.mu is held.
+func (st *stepper) fits(b int) bool {
+	if b <= 1 || b > qwen3.MaxBatch {
+		return b <= 1
+	}
+	for k := range st.gapAt {
+		if !st.gapAt[k].IsZero() && time.Since(st.gapAt[k]) > gapAge {
+			st.tokenGap[k], st.gapAt[k] = 0, time.Time{}
+		}
+	}
+	most := 0
+	for k := qwen3.MaxBatch; k > 0; k-- {
+		if st.tokenGap[k] > 0 {
+			most = k
+			break
+		}
+	}
+	switch {
+	case most == 0:
+		return false // b ≥ 2 with nothing measured: one stream first
+	case b > most+1:
+		return false
+	case b == most+1:
+		return time.Duration(float64(st.tokenGap[most])*gapGrowth) <= gapBudget
+	}
+	for k := b; k <= most; k++ { // the nearest measured count at least b: gaps grow with b
+		if st.tokenGap[k] > 0 {
+			return st.tokenGap[k] <= gapBudget
+		}
+	}
+	return false
 }
 
 // stepReq is one stream's step: its session and token in, the logits (or error) out.
@@ -55,6 +131,7 @@ type stepReq struct {
 	logits []float32
 	err    error
 	done   chan struct{}
+	last   time.Time // when the stream's previous step came back
 }
 
 func newStepper(m *qwen3.Model) *stepper {
@@ -96,7 +173,32 @@ func (st *stepper) step(r *stepReq, sess *qwen3.Session, id int32) ([]float32, e
 	st.mu.Unlock()
 	st.poke()
 	<-r.done
+	now := time.Now()
+	if !r.last.IsZero() && r.err == nil {
+		st.noteGap(now.Sub(r.last))
+	}
+	r.last = now
 	return r.logits, r.err
+}
+
+// noteGap adds one stream's time between two tokens to the figure for the streams now
+// generating.
+func (st *stepper) noteGap(gap time.Duration) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b := min(max(st.active, 1), qwen3.MaxBatch)
+	// A round that compiled its program (a new set of streams or cache length) takes tens
+	// of ms more: a shorter gap replaces the estimate at once, a much longer one counts
+	// only a little.
+	switch c := &st.tokenGap[b]; {
+	case *c == 0 || gap < *c:
+		*c = gap
+	case gap < *c*3/2:
+		*c += (gap - *c) / 8
+	default:
+		*c += (gap - *c) / 32
+	}
+	st.gapAt[b] = time.Now()
 }
 
 // loop runs rounds while streams are generating.

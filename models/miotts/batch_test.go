@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voxpipe/voxpipe/models/qwen3"
 	"github.com/voxpipe/voxpipe/models/sampler"
 )
 
@@ -99,4 +100,48 @@ func TestConcurrentGenerateMatchesAlone(t *testing.T) {
 	if after.Generating != 0 {
 		t.Errorf("%d streams still counted as generating", after.Generating)
 	}
+}
+
+// TestFitsFromTokenGaps: admission's capacity from measured gaps between a stream's tokens
+// — one stream before anything is measured, measured counts within the budget (36 ms of
+// the 40 ms a token lasts), one stream beyond the most measured when its predicted gap fits,
+// nothing further, and stale measurements forgotten.
+func TestFitsFromTokenGaps(t *testing.T) {
+	lm := &LM{steps: newStepper(nil)}
+	check := func(what string, want []bool) {
+		t.Helper()
+		for active, w := range want {
+			if got := lm.Fits(active); got != w {
+				t.Errorf("%s: Fits(%d) = %v, want %v", what, active, got, w)
+			}
+		}
+	}
+	check("nothing measured", []bool{true, false, false})
+	ms := time.Millisecond
+	now := time.Now()
+	for k := range lm.steps.gapAt {
+		lm.steps.gapAt[k] = now // the gaps below are fresh
+	}
+	gap := &lm.steps.tokenGap
+	gap[1] = 22 * ms
+	check("1 stream at 22 ms", []bool{true, true, false}) // 2 predicted at 33 ms
+	gap[2] = 37 * ms
+	check("2 at 37 ms", []bool{true, false, false})
+	gap[2] = 30 * ms
+	check("2 at 30 ms", []bool{true, true, false}) // 3 predicted at 45 ms
+	gap[1] = 50 * ms
+	check("1 slowed to 50 ms", []bool{true, true, false}) // one stream alone always fits
+	gap[1], gap[2], gap[4] = 10*ms, 0, 30*ms
+	check("4 at 30 ms, 2 and 3 never run", []bool{true, true, true, true, false}) // judged by 4
+	if c := lm.BatchStats().Capacity; c != 4 {
+		t.Errorf("capacity %d, want 4", c)
+	}
+	if lm.Fits(qwen3.MaxBatch) {
+		t.Error("more than MaxBatch streams fit")
+	}
+	// Old measurements are forgotten: capacity is probed again from one stream.
+	for k := range lm.steps.gapAt {
+		lm.steps.gapAt[k] = now.Add(-2 * gapAge)
+	}
+	check("all measurements stale", []bool{true, false})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
@@ -208,6 +210,13 @@ func (t *TTS) voice(req Request) ([]float32, error) {
 	return t.Embed(clip, rate)
 }
 
+// codecAhead is how many speech tokens a piece's codec may be behind its language model
+// before the model waits for it.
+const codecAhead = 64
+
+// speakPiece generates one piece's tokens and decodes them to audio as they come. The codec
+// runs on a goroutine of its own, so a window it decodes does not hold up the stream's next
+// decode step (a stream late to a batched round waits for the next one).
 func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen GenOptions, st *Stats, out func([]float32, bool) error) error {
 	so := t.Stream
 	so.Ramp = t.Ramp
@@ -215,23 +224,49 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	if err != nil {
 		return err
 	}
-	var one [1]int32
-	var inGen time.Duration // codec time spent inside the LM's decode loop
-	gs, err := t.LM.Generate(ctx, text, gen, func(code int32) error {
-		one[0] = code
-		t0 := time.Now()
-		audio, err := cs.Push(one[:])
-		inGen += time.Since(t0)
-		st.CodecSamples += len(audio)
-		if err != nil {
-			return err
+	codes := make(chan int32, codecAhead)
+	var codecErr error // the codec goroutine's; read after it ends, or through failed
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var one [1]int32
+		for c := range codes {
+			if failed.Load() || ctx.Err() != nil {
+				continue // drain: the piece is over
+			}
+			one[0] = c
+			t0 := time.Now()
+			audio, err := cs.Push(one[:])
+			st.Codec += time.Since(t0)
+			st.CodecSamples += len(audio)
+			if err == nil {
+				err = out(audio, false)
+			}
+			if err != nil {
+				codecErr = err
+				failed.Store(true)
+			}
 		}
-		return out(audio, false)
 	})
+	gs, err := t.LM.Generate(ctx, text, gen, func(code int32) error {
+		if failed.Load() {
+			return errCodecStopped
+		}
+		select {
+		case codes <- code:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	close(codes)
+	wg.Wait()
 	st.Tokens += gs.Tokens
 	st.Prefill += gs.Prefill
-	st.Decode += gs.Decode - inGen
-	st.Codec += inGen
+	st.Decode += gs.Decode
+	if failed.Load() {
+		return codecErr
+	}
 	if err != nil {
 		return err
 	}
@@ -244,3 +279,7 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	}
 	return out(audio, true)
 }
+
+// errCodecStopped stops generation once the codec goroutine has failed (its own error is
+// the one returned).
+var errCodecStopped = errors.New("miotts: codec stopped")

@@ -155,17 +155,27 @@ func (m *Metrics) Scheduler(s *stream.Scheduler) {
 	)
 }
 
-// DecodeBatches exports a language model's batched decoding as counters read at scrape time:
-// the decode rounds run and the stream steps they held (steps ÷ rounds is the mean batch).
-func (m *Metrics) DecodeBatches(model string, stats func() (rounds, steps int64)) {
+// DecodeStats describe a language model's batched decoding (see DecodeBatches).
+type DecodeStats struct {
+	Rounds, Steps int64 // decode rounds run, and the stream steps they held
+	Capacity      int   // streams estimated to decode in real time together
+}
+
+// DecodeBatches exports a language model's batched decoding, read at scrape time: the decode
+// rounds run and the stream steps they held (steps ÷ rounds is the mean batch), and the
+// capacity admission works from.
+func (m *Metrics) DecodeBatches(model string, stats func() DecodeStats) {
 	labels := prometheus.Labels{"model": model}
 	m.reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_decode_rounds_total", ConstLabels: labels,
 			Help: "Decode rounds run: one model step for every stream generating at the time."},
-			func() float64 { r, _ := stats(); return float64(r) }),
+			func() float64 { return float64(stats().Rounds) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_decode_steps_total", ConstLabels: labels,
 			Help: "Stream decode steps run in those rounds; divided by the rounds, the mean batch size."},
-			func() float64 { _, s := stats(); return float64(s) }),
+			func() float64 { return float64(stats().Steps) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_decode_capacity_streams", ConstLabels: labels,
+			Help: "Streams the model is estimated to decode in real time together, from its measured round times; admission takes no more (and no more than the slots)."},
+			func() float64 { return float64(stats().Capacity) }),
 	)
 }
 

@@ -43,7 +43,7 @@ func TestMetrics(t *testing.T) {
 	m.Rejected("miotts", "busy")
 	a := stream.NewAdmission(3, time.Second)
 	m.Admission("miotts", a)
-	m.DecodeBatches("miotts", func() (int64, int64) { return 3, 7 })
+	m.DecodeBatches("miotts", func() DecodeStats { return DecodeStats{Rounds: 3, Steps: 7, Capacity: 2} })
 	sched := stream.NewScheduler(1)
 	defer sched.Close()
 	m.Scheduler(sched)
@@ -67,6 +67,7 @@ func TestMetrics(t *testing.T) {
 		`voxpipe_admission_active{model="miotts"} 0`,
 		`voxpipe_decode_rounds_total{model="miotts"} 3`,
 		`voxpipe_decode_steps_total{model="miotts"} 7`,
+		`voxpipe_decode_capacity_streams{model="miotts"} 2`,
 		`voxpipe_scheduler_load 0`,
 		`voxpipe_scheduler_queued 0`,
 		`go_goroutines`,
