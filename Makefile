@@ -56,7 +56,8 @@ bench-models: build
 	@[ -f $(BENCH_MODELS)/miotts-0.6b-orig/model.safetensors.index.json ] || ./$(BIN) mkmodel --family miotts --size 0.6b --originals $(BENCH_MODELS)/miotts-0.6b-orig
 
 bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the models at real size, the WebRTC loopback
-	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
+	@# The LM benchmarks (batched decode steps, a joining stream's prefill) on the real-size model.
+	VOXPIPE_QWEN3_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf VOXPIPE_MIOTTS_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf $(GO) test -run '^$$' -bench . -benchtime 1s ./...
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --streams 1,2,4,8 --json
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
 	@# voxpipe import of the MioTTS 0.6B originals: wall time, peak RSS (goal ≤ 1.5 × the largest input file), input MB/s.

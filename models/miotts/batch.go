@@ -157,6 +157,13 @@ func (st *stepper) join() {
 	st.poke()
 }
 
+// generating is the number of streams between their prefill and their end.
+func (st *stepper) generating() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.active
+}
+
 func (st *stepper) leave() {
 	st.mu.Lock()
 	st.active--

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/models/qwen3"
 	"github.com/voxpipe/voxpipe/models/sampler"
 )
@@ -144,4 +147,69 @@ func TestFitsFromTokenGaps(t *testing.T) {
 		lm.steps.gapAt[k] = now.Add(-2 * gapAge)
 	}
 	check("all measurements stale", []bool{true, false})
+}
+
+// BenchmarkJoinStall measures what a joining stream's prefill costs the streams already
+// generating, on a real-size model (VOXPIPE_MIOTTS_MODEL, the LM alone): one stream generates, a second joins with a long prompt, and the first's
+// longest gap between tokens while the second prefills is reported next to its median gap,
+// with the prompt in one program and in chunks of 16 (the default).
+func BenchmarkJoinStall(b *testing.B) {
+	path := os.Getenv("VOXPIPE_MIOTTS_MODEL")
+	if path == "" {
+		b.Skip("set VOXPIPE_MIOTTS_MODEL to a MioTTS LM GGUF")
+	}
+	be, err := engine.NewCPU(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	lm, err := LoadLM(path, be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lm.Close()
+	long := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 6)
+	for _, chunk := range []int{1 << 20, 16} {
+		b.Run(fmt.Sprintf("chunk=%d", min(chunk, 9999)), func(b *testing.B) {
+			defer func(c int) { prefillChunk = c }(prefillChunk)
+			prefillChunk = chunk
+			for range b.N {
+				var times []time.Time
+				joined := make(chan struct{})
+				var wg sync.WaitGroup
+				var joinStart, joinEnd time.Time
+				wg.Go(func() {
+					lm.Generate(context.Background(), "Hello there, how are you?", GenOptions{Seed: 1, MaxNew: 80}, func(int32) error {
+						times = append(times, time.Now())
+						if len(times) == 20 {
+							close(joined)
+						}
+						return nil
+					})
+				})
+				<-joined
+				joinStart = time.Now()
+				var first time.Time
+				lm.Generate(context.Background(), long, GenOptions{Seed: 2, MaxNew: 1}, func(int32) error {
+					first = time.Now()
+					return nil
+				})
+				joinEnd = first
+				wg.Wait()
+				var gaps []float64
+				worst := 0.0
+				for i := 1; i < len(times); i++ {
+					g := float64(times[i].Sub(times[i-1]).Microseconds()) / 1000
+					gaps = append(gaps, g)
+					if times[i].After(joinStart) && !times[i-1].After(joinEnd) {
+						worst = max(worst, g)
+					}
+				}
+				slices.Sort(gaps)
+				b.ReportMetric(worst, "stall_ms")
+				b.ReportMetric(gaps[len(gaps)/2], "gap_p50_ms")
+				b.ReportMetric(float64(joinEnd.Sub(joinStart).Microseconds())/1000, "join_prefill_ms")
+			}
+		})
+	}
 }
