@@ -41,7 +41,7 @@ func runBenchTTSLoad(args []string, stdout, stderr io.Writer) error {
 	model := fs.String("model", filepath.Join(gd, "miotts", "model.gguf"), "MioTTS model for the started server")
 	codec := fs.String("codec", filepath.Join(gd, "miocodec", "model.gguf"), "MioCodec model for the started server")
 	voice := fs.String("voice", filepath.Join("testdata", "speech_en_48k.wav"), "reference clip for the started server")
-	slots := fs.Int("slots", 4, "--tts-slots of the started server")
+	slots := fs.Int("slots", 8, "--tts-slots of the started server (the cap; the model's measured capacity admits fewer)")
 	queue := fs.Duration("queue", 2*time.Second, "--tts-queue of the started server")
 	text := fs.String("text", "Thank you for calling. Your order has shipped and will arrive on Tuesday.", "text each utterance speaks")
 	maxTokens := fs.Int("max-tokens", 75, "speech tokens per utterance at most (3 s)")
