@@ -15,7 +15,9 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -348,8 +350,9 @@ type Context struct {
 	// mu makes Execute safe from several goroutines: a context's thread pool and scratch
 	// serve one plan at a time, so concurrent callers take turns (each run already uses
 	// every thread of the context).
-	mu     sync.Mutex
-	failed C.int32_t // the failing node of the last run (a field, so calls do not allocate)
+	mu      sync.Mutex
+	failed  C.int32_t     // the failing node of the last run (a field, so calls do not allocate)
+	profile *C.vx_profile // StartProfile's, until StopProfile
 }
 
 // NewContext returns a context with n threads (the calling thread included).
@@ -373,6 +376,10 @@ func (c *Context) Close() {
 		C.vx_ctx_free(c.c)
 		c.c = nil
 	}
+	if c.profile != nil {
+		C.free(unsafe.Pointer(c.profile))
+		c.profile = nil
+	}
 }
 
 // ExecError is a kernel failure, naming the node.
@@ -385,6 +392,47 @@ func (e *ExecError) Error() string {
 	what := map[int]string{C.VX_ERR_BAD_OP: "unknown op", C.VX_ERR_BAD_SHAPE: "bad shape",
 		C.VX_ERR_UNIMPLEMENTED: "not implemented", C.VX_ERR_NOMEM: "out of memory"}[e.Code]
 	return fmt.Sprintf("cgo: node %d: %s (code %d)", e.Node, what, e.Code)
+}
+
+// OpTime is the time a context's runs spent in one op while it was profiled.
+type OpTime struct {
+	Op    Op
+	Calls int64
+	Time  time.Duration
+}
+
+// StartProfile makes the following runs time every node (a clock read around each; off, no
+// cost). StopProfile ends it and returns the time per op, most first.
+func (c *Context) StartProfile() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c == nil || c.profile != nil {
+		return
+	}
+	c.profile = (*C.vx_profile)(C.calloc(1, C.sizeof_vx_profile))
+	C.vx_ctx_set_profile(c.c, c.profile)
+}
+
+// StopProfile: see StartProfile (nil when no profile ran).
+func (c *Context) StopProfile() []OpTime {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.profile == nil {
+		return nil
+	}
+	if c.c != nil {
+		C.vx_ctx_set_profile(c.c, nil)
+	}
+	var out []OpTime
+	for op := range int(C.VX_OP_COUNT) {
+		if n := int64(c.profile.calls[op]); n > 0 {
+			out = append(out, OpTime{Op: Op(op), Calls: n, Time: time.Duration(c.profile.ns[op])})
+		}
+	}
+	C.free(unsafe.Pointer(c.profile))
+	c.profile = nil
+	slices.SortFunc(out, func(a, b OpTime) int { return int(b.Time - a.Time) })
+	return out
 }
 
 // Execute runs the whole plan in one call.

@@ -1,4 +1,5 @@
 /* Plan executor: dispatches each node to its kernel. The thread pool lives in pool.c. */
+#include <time.h>
 #include "vx.h"
 
 static const vx_kernel_fn kernels[VX_OP_COUNT] = {
@@ -27,12 +28,24 @@ static const vx_kernel_fn kernels[VX_OP_COUNT] = {
 	[VX_OP_LINEAR_Q] = vx_k_linear_q,
 };
 
+static int64_t now_ns(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int vx_execute(vx_ctx *ctx, const vx_plan *plan, int32_t *failed_node) {
+	vx_profile *prof = vx_ctx_profile_of(ctx);
 	for (int32_t i = 0; i < plan->n_nodes; i++) {
 		const vx_node *n = &plan->nodes[i];
 		int err = VX_ERR_BAD_OP;
+		int64_t t0 = prof ? now_ns() : 0;
 		if (n->op > VX_OP_NONE && n->op < VX_OP_COUNT && kernels[n->op])
 			err = kernels[n->op](ctx, n, plan->tensors);
+		if (prof && n->op > VX_OP_NONE && n->op < VX_OP_COUNT) {
+			prof->ns[n->op] += now_ns() - t0;
+			prof->calls[n->op]++;
+		}
 		if (err != VX_OK) {
 			if (failed_node)
 				*failed_node = i;

@@ -71,6 +71,7 @@ struct vx_ctx {
 	_Alignas(64) _Atomic int sleepers;
 	_Atomic int stop;
 	uint32_t epoch; /* caller's copy */
+	vx_profile *profile; /* vx_ctx_set_profile; read by vx_execute on the caller's thread */
 };
 
 typedef struct {
@@ -338,6 +339,10 @@ void vx_ctx_free(vx_ctx *c) {
 }
 
 int vx_ctx_threads(const vx_ctx *c) { return c->n_threads; }
+
+void vx_ctx_set_profile(vx_ctx *c, vx_profile *p) { c->profile = p; }
+
+vx_profile *vx_ctx_profile_of(const vx_ctx *c) { return c->profile; }
 
 /* ---- scratch ---- */
 

@@ -136,6 +136,15 @@ int vx_ctx_threads(const vx_ctx *ctx);
 
 int vx_execute(vx_ctx *ctx, const vx_plan *plan, int32_t *failed_node);
 
+/* Profiling: while a context has a profile, vx_execute adds each node's wall time (ns) and
+ * one call to its op's entry (NULL: off, no clock read). */
+typedef struct {
+	int64_t ns[VX_OP_COUNT];
+	int64_t calls[VX_OP_COUNT];
+} vx_profile;
+void vx_ctx_set_profile(vx_ctx *ctx, vx_profile *p);
+vx_profile *vx_ctx_profile_of(const vx_ctx *ctx);
+
 /* ---- internal: kernels and the thread pool (implemented across the .c files here) ---- */
 
 /* Run fn(arg, i) for i in [0, n) on the context's threads; returns when all are done. */

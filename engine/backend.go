@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/voxpipe/voxpipe/cgo"
@@ -48,6 +49,26 @@ type PlanStats struct {
 type CPU struct {
 	ctx   *cgo.Context
 	naive bool
+}
+
+// OpTime is the time the backend's programs spent in one kind of op while it was profiled.
+type OpTime struct {
+	Op    string
+	Calls int64
+	Time  time.Duration
+}
+
+// StartProfile makes every following run time each node, until StopProfile, which returns
+// the time per kind of op, most first (for the bench commands' --profile).
+func (b *CPU) StartProfile() { b.ctx.StartProfile() }
+
+// StopProfile: see StartProfile.
+func (b *CPU) StopProfile() []OpTime {
+	var out []OpTime
+	for _, t := range b.ctx.StopProfile() {
+		out = append(out, OpTime{Op: opName(t.Op), Calls: t.Calls, Time: t.Time})
+	}
+	return out
 }
 
 // NewCPU returns a CPU backend using threads cores (≤ 0: one).

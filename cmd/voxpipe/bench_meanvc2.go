@@ -111,6 +111,7 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	seconds := fs.Float64("seconds", 20, "seconds of synthetic speech streamed")
 	refSeconds := fs.Float64("ref-seconds", 10, "reference clip length for the speaker figures")
 	sessions := fs.Int("sessions", 0, "also run 1…N sessions concurrently at real-time pace (stops at the first level that is not real time)")
+	profile := fs.Bool("profile", false, "print where the streamed conversion spends its time, by kind of op (to stderr)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -188,10 +189,13 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	m.WavLM.Trim()
 
 	logf("streaming %.0f s…\n", *seconds)
+	prof := newProfiler(*profile, be, stderr)
+	prof.start()
 	st, err := meanvc2.BenchStream(m, *seconds, 1)
 	if err != nil {
 		return err
 	}
+	prof.stop(fmt.Sprintf("the streamed conversion of %.0f s (its warm-up chunk included)", *seconds))
 	notePeak()
 	res.ChunkMs, res.RTFMedian, res.RTFP95 = st.ChunkMs, st.RTFMedian, st.RTFP95
 	res.Chunks, res.ChunkTimesMs = st.Chunks, st.ChunkTimesMs

@@ -94,6 +94,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	codecTokens := fs.Int("codec-tokens", 100, "tokens decoded offline for the codec figure")
 	refSeconds := fs.Float64("ref-seconds", 10, "reference clip length for the speaker embedding figure")
 	ttsTokens := fs.Int("tts-tokens", 100, "speech tokens of the end-to-end streamed utterance")
+	profile := fs.Bool("profile", false, "print where the timed decode steps spend their time, by kind of op (to stderr)")
 	streams := fs.String("streams", "", "also run N concurrent streamed syntheses for each N in this comma-separated list (e.g. 1,2,4,8): aggregate tokens/s, per-stream RTF, TTFA, late chunks")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if _, err := parseInterleaved(fs, args); err != nil {
@@ -136,7 +137,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 
 	// Prefill and decode: the LM alone, on the restricted head, with random prompt ids.
 	logf("prefill and decode…\n")
-	lmr, err := benchLM(tts.LM, *prefill, *steps)
+	lmr, err := benchLM(tts.LM, *prefill, *steps, newProfiler(*profile, be, stderr))
 	if err != nil {
 		return err
 	}
@@ -321,7 +322,7 @@ type lmResult struct {
 // step runs (the cost does not depend on the token). The decode steps run once untimed
 // first, from the same prompt and seed, so every cache-length bucket's program is compiled
 // as on a warm server; then every step of the second pass is timed.
-func benchLM(lm *miotts.LM, n, steps int) (lmResult, error) {
+func benchLM(lm *miotts.LM, n, steps int, prof *profiler) (lmResult, error) {
 	var res lmResult
 	rng := rand.New(rand.NewPCG(3, 3))
 	prompt := make([]int32, n)
@@ -363,6 +364,9 @@ func benchLM(lm *miotts.LM, n, steps int) (lmResult, error) {
 		}
 		history := append(make([]int32, 0, n+steps), prompt...)
 		var sampleSum float64
+		if pass == 1 {
+			prof.start()
+		}
 		for i := range steps {
 			t0 := time.Now()
 			id := smp.Sample(logits, history)
@@ -381,6 +385,7 @@ func benchLM(lm *miotts.LM, n, steps int) (lmResult, error) {
 		}
 		res.sampleMsMean = sampleSum / float64(steps)
 	}
+	prof.stop("decode steps (the timed pass)")
 	return res, nil
 }
 

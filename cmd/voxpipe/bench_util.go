@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -19,4 +21,47 @@ func medianRun(p engine.Program, n int) (time.Duration, error) {
 	}
 	slices.Sort(times)
 	return times[n/2], nil
+}
+
+// profiler prints where a bench's timed part spends its time, by kind of engine op (--profile);
+// a nil profiler does nothing.
+type profiler struct {
+	be  *engine.CPU
+	out io.Writer
+	t0  time.Time
+}
+
+func newProfiler(on bool, be *engine.CPU, out io.Writer) *profiler {
+	if !on {
+		return nil
+	}
+	return &profiler{be: be, out: out}
+}
+
+func (p *profiler) start() {
+	if p != nil {
+		p.be.StartProfile()
+		p.t0 = time.Now()
+	}
+}
+
+// stop prints each kind of op's time and share of the wall time since start, most first; the
+// rest is time outside the engine's programs (Go code, waiting).
+func (p *profiler) stop(what string) {
+	if p == nil {
+		return
+	}
+	wall := time.Since(p.t0)
+	ops := p.be.StopProfile()
+	var inOps time.Duration
+	for _, o := range ops {
+		inOps += o.Time
+	}
+	fmt.Fprintf(p.out, "profile of %s: %.1f ms wall, %.1f ms in engine ops\n", what, ms(wall), ms(inOps))
+	fmt.Fprintf(p.out, "  %-16s %8s %10s %7s %10s\n", "op", "calls", "ms", "share", "µs/call")
+	for _, o := range ops {
+		fmt.Fprintf(p.out, "  %-16s %8d %10.2f %6.1f%% %10.2f\n", o.Op, o.Calls, ms(o.Time), 100*o.Time.Seconds()/wall.Seconds(),
+			float64(o.Time.Microseconds())/float64(o.Calls))
+	}
+	fmt.Fprintf(p.out, "  %-16s %8s %10.2f %6.1f%%\n", "(outside ops)", "", ms(wall-inOps), 100*(wall-inOps).Seconds()/wall.Seconds())
 }
