@@ -9,8 +9,12 @@ type FFT struct {
 	n       int
 	factors []int
 	tw      []complex128 // tw[i] = exp(+2πi·i/n)
+	twf     []complex128 // twf[i] = exp(−2πi·i/n), the forward transform's
 	tmp     []complex128 // one butterfly's inputs (largest factor)
-	conj    bool         // the transform in progress is the forward one
+	// Powers of two (fbank's 512) run an iterative radix-2 transform: rev is the
+	// bit-reversed order of the inputs. Other sizes (the vocoder's 640) recurse over their
+	// factors, with radix-2 butterflies for the factors of 2.
+	rev []int32
 }
 
 // NewFFT plans transforms of n points.
@@ -37,6 +41,24 @@ func NewFFT(n int) *FFT {
 		a := 2 * math.Pi * float64(i) / float64(n)
 		p.tw[i] = complex(math.Cos(a), math.Sin(a))
 	}
+	if n >= 4 && n&(n-1) == 0 {
+		bits := 0
+		for 1<<bits < n {
+			bits++
+		}
+		p.rev = make([]int32, n)
+		for i := range p.rev {
+			r := 0
+			for b := range bits {
+				r |= (i >> b & 1) << (bits - 1 - b)
+			}
+			p.rev[i] = int32(r)
+		}
+	}
+	p.twf = make([]complex128, n)
+	for i := range p.twf {
+		p.twf[i] = complex(real(p.tw[i]), -imag(p.tw[i]))
+	}
 	return p
 }
 
@@ -45,26 +67,48 @@ func (p *FFT) Len() int { return p.n }
 
 // Forward sets out[k] = Σ_j in[j]·exp(−2πi·jk/n). out and in must not overlap.
 func (p *FFT) Forward(out, in []complex128) {
-	p.conj = true
-	p.rec(out, in, 0, 1, p.n, 0)
+	if p.rev != nil {
+		p.radix2(out, in, p.twf)
+		return
+	}
+	p.rec(out, in, 0, 1, p.n, 0, p.twf)
 }
 
 // Inverse sets out[k] = Σ_j in[j]·exp(+2πi·jk/n), without the 1/n scaling. out and in must
 // not overlap.
 func (p *FFT) Inverse(out, in []complex128) {
-	p.conj = false
-	p.rec(out, in, 0, 1, p.n, 0)
-}
-
-func (p *FFT) twiddle(i int) complex128 {
-	if p.conj {
-		return complex(real(p.tw[i]), -imag(p.tw[i]))
+	if p.rev != nil {
+		p.radix2(out, in, p.tw)
+		return
 	}
-	return p.tw[i]
+	p.rec(out, in, 0, 1, p.n, 0, p.tw)
 }
 
-// rec transforms the n inputs in[off + j·stride] into out[0:n] using factors[fi:].
-func (p *FFT) rec(out, in []complex128, off, stride, n, fi int) {
+// radix2 is the iterative decimation-in-time transform of a power-of-two size with the
+// twiddles tw[k] = exp(±2πi·k/n): the inputs in bit-reversed order, then log2(n) passes of
+// butterflies, each over spans twice the last.
+func (p *FFT) radix2(out, in []complex128, tw []complex128) {
+	n := p.n
+	out = out[:n]
+	for i, r := range p.rev {
+		out[r] = in[i]
+	}
+	for h := 1; h < n; h <<= 1 {
+		step := n / (2 * h)
+		for s := 0; s < n; s += 2 * h {
+			lo, hi := out[s:s+h], out[s+h:s+2*h]
+			for k := range lo {
+				b := hi[k] * tw[k*step]
+				a := lo[k]
+				lo[k], hi[k] = a+b, a-b
+			}
+		}
+	}
+}
+
+// rec transforms the n inputs in[off + j·stride] into out[0:n] using factors[fi:], with the
+// twiddles tw[i] = exp(±2πi·i/N) of the whole size N.
+func (p *FFT) rec(out, in []complex128, off, stride, n, fi int, tw []complex128) {
 	if n == 1 {
 		out[0] = in[off]
 		return
@@ -73,18 +117,28 @@ func (p *FFT) rec(out, in []complex128, off, stride, n, fi int) {
 	m := n / r
 	// r interleaved sub-transforms of size m, written to consecutive blocks of out.
 	for j := range r {
-		p.rec(out[j*m:(j+1)*m], in, off+j*stride, stride*r, m, fi+1)
+		p.rec(out[j*m:(j+1)*m], in, off+j*stride, stride*r, m, fi+1, tw)
 	}
-	step := p.n / n // tw index of exp(2πi/n)
+	step := p.n / n // tw index of exp(±2πi/n); j·k·step < N, so no index wraps
+	if r == 2 {
+		lo, hi := out[:m], out[m:n]
+		for k := range lo {
+			b := hi[k] * tw[k*step]
+			a := lo[k]
+			lo[k], hi[k] = a+b, a-b
+		}
+		return
+	}
+	rstep := p.n / r
 	for k := range m {
 		for j := range r {
-			p.tmp[j] = out[j*m+k] * p.twiddle((j*k*step)%p.n)
+			p.tmp[j] = out[j*m+k] * tw[j*k*step]
 		}
 		// Size-r DFT of tmp into the same r positions k + q·m.
 		for q := range r {
 			var acc complex128
 			for j := range r {
-				acc += p.tmp[j] * p.twiddle(((j*q)%r)*(p.n/r))
+				acc += p.tmp[j] * tw[(j*q)%r*rstep]
 			}
 			out[k+q*m] = acc
 		}

@@ -46,3 +46,14 @@ func BenchmarkFFT512(b *testing.B) {
 		p.Forward(out, in)
 	}
 }
+
+func BenchmarkFFT640(b *testing.B) { // MeanVC2's vocoder: 2⁷·5
+	p := NewFFT(640)
+	in, out := make([]complex128, 640), make([]complex128, 640)
+	for i := range in {
+		in[i] = complex(float64(i%7), 0)
+	}
+	for b.Loop() {
+		p.Inverse(out, in)
+	}
+}
