@@ -141,6 +141,9 @@ func TestTwilioSignatureCheck(t *testing.T) {
 		q := u + "?voice=dsp&pitch_semitones=4"
 		callProceeds(t, dial(t, q, sigHeader(sign(token, u+"pitch_semitones4voicedsp"))), lines)
 	})
+	// The signed calls end on the server a moment after their clients hang up: wait, so
+	// that a call still open below is one a refusal opened.
+	waitIdle(t, srv)
 
 	for _, c := range []struct {
 		name, url string
