@@ -18,7 +18,7 @@ type BusyError struct {
 }
 
 func (e *BusyError) Error() string {
-	return fmt.Sprintf("%v: all streams are in use, retry in %v", ErrBusy, e.RetryAfter.Round(time.Second))
+	return fmt.Sprintf("%v: the model has no room for another stream now (all its slots in use, or one more would not keep real time), retry in %v", ErrBusy, e.RetryAfter.Round(time.Second))
 }
 
 func (e *BusyError) Unwrap() error { return ErrBusy }

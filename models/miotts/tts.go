@@ -255,8 +255,8 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 		select {
 		case codes <- code:
 			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-ctx.Done(): // the codec is codecAhead tokens behind and the request ended
+			return fmt.Errorf("%w: %w", ErrCanceled, ctx.Err())
 		}
 	})
 	close(codes)
