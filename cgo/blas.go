@@ -9,14 +9,17 @@ import (
 type SgemmBench struct {
 	a, b, c *Buffer
 	m, n, k int
+	copies  int
+	next    int // the copy the next call starts from
 }
 
-// NewSgemmBench allocates the matrices.
-func NewSgemmBench(m, n, k int) (*SgemmBench, error) {
-	s := &SgemmBench{m: m, n: n, k: k}
+// NewSgemmBench allocates the matrices: copies distinct Bs, read in turn (1: one B, which
+// then stays in cache).
+func NewSgemmBench(m, n, k, copies int) (*SgemmBench, error) {
+	s := &SgemmBench{m: m, n: n, k: k, copies: max(copies, 1)}
 	var err error
 	if s.a, err = Alloc(m * k * 4); err == nil {
-		if s.b, err = Alloc(n * k * 4); err == nil {
+		if s.b, err = Alloc(s.copies * n * k * 4); err == nil {
 			s.c, err = Alloc(m * n * 4)
 		}
 	}
@@ -34,7 +37,8 @@ func (s *SgemmBench) Run(threads, calls, perCall int) time.Duration {
 	Init()
 	t0 := time.Now()
 	for range calls {
-		benchOpenBLASSgemm(threads, s.m, s.n, s.k, true, s.a, s.b, s.c, perCall)
+		benchOpenBLASSgemmCopies(threads, s.m, s.n, s.k, true, s.a, s.b, s.copies, s.next, s.c, perCall)
+		s.next = (s.next + perCall) % s.copies
 	}
 	return time.Since(t0) / time.Duration(max(calls*perCall, 1))
 }

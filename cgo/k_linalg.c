@@ -1424,11 +1424,15 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 /* ---- benchmark hook ---- */
 
 void vx_bench_openblas_sgemm(int threads, int64_t m, int64_t n, int64_t k, int trans_b,
-                             const float *a, const float *b, float *c, int64_t iters) {
+                             const float *a, const float *b, int64_t copies, int64_t first, float *c,
+                             int64_t iters) {
 	vx_init();
 	openblas_set_num_threads(threads);
+	if (copies < 1)
+		copies = 1;
 	for (int64_t i = 0; i < iters; i++)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)m,
-		            (int)n, (int)k, 1.0f, a, (int)k, b, trans_b ? (int)k : (int)n, 0.0f, c, (int)n);
+		            (int)n, (int)k, 1.0f, a, (int)k, b + (first + i) % copies * n * k, trans_b ? (int)k : (int)n,
+		            0.0f, c, (int)n);
 	openblas_set_num_threads(1);
 }

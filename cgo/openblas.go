@@ -11,13 +11,19 @@ import "C"
 // benchOpenBLASSgemm runs iters row-major cblas_sgemm calls (C[m,n] = A[m,k] x B, B given as
 // [n,k] when transB) with OpenBLAS's own threading set to threads, then pins it back to 1.
 func benchOpenBLASSgemm(threads, m, n, k int, transB bool, a, b, c *Buffer, iters int) {
+	benchOpenBLASSgemmCopies(threads, m, n, k, transB, a, b, 1, 0, c, iters)
+}
+
+// benchOpenBLASSgemmCopies is benchOpenBLASSgemm cycling through copies weights held one
+// after another in b, from copy first on.
+func benchOpenBLASSgemmCopies(threads, m, n, k int, transB bool, a, b *Buffer, copies, first int, c *Buffer, iters int) {
 	Init()
 	tb := 0
 	if transB {
 		tb = 1
 	}
 	C.vx_bench_openblas_sgemm(C.int(threads), C.int64_t(m), C.int64_t(n), C.int64_t(k), C.int(tb),
-		(*C.float)(a.Ptr()), (*C.float)(b.Ptr()), (*C.float)(c.Ptr()), C.int64_t(iters))
+		(*C.float)(a.Ptr()), (*C.float)(b.Ptr()), C.int64_t(copies), C.int64_t(first), (*C.float)(c.Ptr()), C.int64_t(iters))
 }
 
 // testParallelFor adds reps to counts[i] (int32s in C memory) for every i in [0, n), through

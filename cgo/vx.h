@@ -219,8 +219,11 @@ void vx_test_parallel_threads(vx_ctx *ctx, int64_t n, int32_t *by_thread);
 /* iters back-to-back vx_parallel_for calls over n empty tasks (dispatch overhead). */
 void vx_bench_parallel_for(vx_ctx *ctx, int64_t n, int64_t iters);
 /* iters calls of cblas_sgemm (row-major, C = A[M,K] x B, B given as [N,K] when trans_b) with
- * OpenBLAS's own threading set to `threads`; OpenBLAS is set back to 1 thread afterwards. */
+ * OpenBLAS's own threading set to `threads`; call i reads copy (first + i) % copies of B
+ * (copies of N·K floats one after another), as a model reads a distinct weight per layer;
+ * OpenBLAS is set back to 1 thread afterwards. */
 void vx_bench_openblas_sgemm(int threads, int64_t m, int64_t n, int64_t k, int trans_b,
-                             const float *a, const float *b, float *c, int64_t iters);
+                             const float *a, const float *b, int64_t copies, int64_t first, float *c,
+                             int64_t iters);
 
 #endif

@@ -281,6 +281,7 @@ type gemmRow struct {
 	DType          string  `json:"dtype"` // our weights' encoding (OpenBLAS is F32)
 	Threads        int     `json:"threads"`
 	PerCall        int     `json:"per_call"`
+	Copies         int     `json:"weight_copies"` // distinct weights cycled through (1: one, in cache)
 	OursUs         float64 `json:"ours_us"`
 	OpenBLASUs     float64 `json:"openblas_us"`
 	OursGFLOPS     float64 `json:"ours_gflops"`
@@ -317,13 +318,14 @@ type gemmPeak struct {
 }
 
 func runBenchGemm(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench gemm", "bench gemm [--threads N] [--model meanvc2|miotts|miocodec] [--dtype f32|f16|q8_0] [--per-call 16] [--rounds 5] [--peak 2048] [--json]", stderr)
+	fs := newFlags("bench gemm", "bench gemm [--threads N] [--model meanvc2|miotts|miocodec] [--dtype f32|f16|q8_0] [--per-call 16] [--rounds 5] [--peak 2048] [--weights-in-cache] [--json]", stderr)
 	threads := fs.Int("threads", 2, "threads for both our engine and OpenBLAS")
 	only := fs.String("model", "", "only this model's shapes (meanvc2, miotts or miocodec; default all)")
 	dtype := fs.String("dtype", "f32", "our weights' encoding: f32, f16 or q8_0 (Q8_0 where K is a multiple of 32, as the model files store them; OpenBLAS is always F32)")
 	perCall := fs.Int("per-call", 16, "products per engine program run and per OpenBLAS cgo call, as a model's program runs many in one call (products of 0.2 GFLOP or more run fewer, down to one)")
 	rounds := fs.Int("rounds", 5, "alternating timed rounds per shape (the median is reported)")
 	peak := fs.Int("peak", 2048, "size of the square product measured as the machine's peak, the best of the rounds (0: skip)")
+	inCache := fs.Bool("weights-in-cache", false, "every product of a shape reads the same weight (which then stays in cache) instead of as many distinct weights as the model has of that shape, read in turn as its layers are")
 	asJSON := fs.Bool("json", false, "print one JSON object per shape, per model part and for the peak")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -370,7 +372,7 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 	if *peak > 0 {
 		fmt.Fprintf(stderr, "peak: %d³…\n", *peak)
 		p := *peak
-		ours, blas, _, err := gemmPair(cpu, *threads, p, p, p, 1, engine.F32, -*rounds)
+		ours, blas, _, err := gemmPair(cpu, *threads, p, p, p, 1, 1, engine.F32, -*rounds)
 		if err != nil {
 			return err
 		}
@@ -401,11 +403,12 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "%s %s: %s %d×%d×%d…\n", s.Model, s.Part, s.Kind, s.M, s.K, s.N)
 		// Products of a GFLOP or more run one per call: the call's own cost is then noise.
 		per := min(*perCall, max(1, int(2e8/s.flops())))
-		ours, blas, dt, err := gemmPair(cpu, *threads, s.M, s.K, s.N, per, wdt, *rounds)
+		copies := gemmCopies(s, *inCache)
+		ours, blas, dt, err := gemmPair(cpu, *threads, s.M, s.K, s.N, per, copies, wdt, *rounds)
 		if err != nil {
 			return fmt.Errorf("%s %s %s: %w", s.Model, s.Part, s.Kind, err)
 		}
-		r := gemmRow{Bench: "gemm", gemmShape: s, DType: dtypeLabel(dt), Threads: *threads, PerCall: per,
+		r := gemmRow{Bench: "gemm", gemmShape: s, DType: dtypeLabel(dt), Threads: *threads, PerCall: per, Copies: copies,
 			OursUs: float64(ours.Nanoseconds()) / 1e3, OpenBLASUs: float64(blas.Nanoseconds()) / 1e3,
 			OursGFLOPS: s.flops() / ours.Seconds() / 1e9, OpenBLASGFLOPS: s.flops() / blas.Seconds() / 1e9,
 			Ratio: blas.Seconds() / ours.Seconds()}
@@ -435,7 +438,11 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  %-46s %5d %5d %5d %5d  %8.1f %8.1f %5.2f×  GFLOP/s\n", kind, s.M, s.K, s.N, s.Count, r.OursGFLOPS, r.OpenBLASGFLOPS, r.Ratio)
 	}
 	if !*asJSON {
-		fmt.Fprintf(stdout, "per unit of each part (Σ count × time per product; up to %d products per call, one for those of 0.2 GFLOP or more; [conv]: convolutions by their im2col GEMM, timed as a Linear):\n", *perCall)
+		weights := "each product reading one of count distinct weights in turn, as the model's layers do"
+		if *inCache {
+			weights = "every product reading the same weight, in cache"
+		}
+		fmt.Fprintf(stdout, "per unit of each part (Σ count × time per product; up to %d products per call, one for those of 0.2 GFLOP or more; %s; [conv]: convolutions by their im2col GEMM, timed as a Linear):\n", *perCall, weights)
 	}
 	for _, p := range parts {
 		p.OursGFLOPS = p.GFLOP / (p.OursMs / 1e3)
@@ -471,15 +478,18 @@ func dtypeLabel(d engine.DType) string {
 	return "F32"
 }
 
-// gemmPair times x·Wᵀ through an engine program of perCall Linear nodes (weights encoded
-// as dt where the shape allows it, as the model loaders do) and through perCall OpenBLAS
-// F32 sgemms per cgo call with OpenBLAS's own threads, alternating rounds so both see the
-// same machine load; the medians of rounds, per product, and the dtype our side ran.
-// rounds < 0 runs -rounds rounds and returns the best of each side instead (a peak: what
-// the machine can do when nothing else runs on it).
-func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall int, dt engine.DType, rounds int) (ours, blas time.Duration, used engine.DType, err error) {
+// gemmPair times x·Wᵀ through engine programs of perCall Linear nodes (weights encoded as dt
+// where the shape allows it, as the model loaders do) and through perCall OpenBLAS F32
+// sgemms per cgo call with OpenBLAS's own threads, alternating rounds so both see the same
+// machine load; the medians of rounds, per product, and the dtype our side ran. Both sides
+// cycle through copies distinct weights (a model reads each layer's own weight once per
+// step, mostly from memory; one copy stays in cache). rounds < 0 runs -rounds rounds and
+// returns the best of each side instead (a peak: what the machine can do when nothing else
+// runs on it).
+func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall, copies int, dt engine.DType, rounds int) (ours, blas time.Duration, used engine.DType, err error) {
 	best := rounds < 0
 	rounds = max(rounds, -rounds)
+	copies = max(copies, 1)
 	w := make([]float32, n*k)
 	for i := range w {
 		w[i] = float32(i%7-3) * 0.01
@@ -498,41 +508,61 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall int, dt engine.DType, r
 			used = engine.Q8_0R8 // as models/nn loads a Q8_0 Linear
 		}
 	}
-	var wb *engine.Buffer
-	if raw != nil {
-		wb, err = engine.NewBufferRaw("w", used, raw, int64(n), int64(k))
-	} else {
-		wb, err = engine.NewBufferFrom("w", w, int64(n), int64(k))
+	wbs := make([]*engine.Buffer, copies)
+	defer func() {
+		for _, b := range wbs {
+			if b != nil {
+				b.Free()
+			}
+		}
+	}()
+	for c := range wbs {
+		if raw != nil {
+			wbs[c], err = engine.NewBufferRaw("w", used, raw, int64(n), int64(k))
+		} else {
+			wbs[c], err = engine.NewBufferFrom("w", w, int64(n), int64(k))
+		}
+		if err != nil {
+			return 0, 0, used, err
+		}
 	}
-	if err != nil {
-		return 0, 0, used, err
+	// Programs of perCall products each, together covering every copy in turn.
+	progs := make([]engine.Program, (copies+perCall-1)/perCall)
+	defer func() {
+		for _, p := range progs {
+			if p != nil {
+				p.Close()
+			}
+		}
+	}()
+	for pi := range progs {
+		g := engine.NewGraph("gemm")
+		x := g.Input("x", engine.F32, int64(m), int64(k))
+		for i := range perCall {
+			g.Output(fmt.Sprint("y", i), g.Linear(x, g.Persistent(wbs[(pi*perCall+i)%copies]), nil))
+		}
+		if progs[pi], err = cpu.Compile(g); err != nil {
+			return 0, 0, used, err
+		}
+		xs := progs[pi].Input("x")
+		for i := range xs {
+			xs[i] = float32(i%5-2) * 0.1
+		}
 	}
-	defer wb.Free()
-	g := engine.NewGraph("gemm")
-	x := g.Input("x", engine.F32, int64(m), int64(k))
-	for i := range perCall {
-		g.Output(fmt.Sprint("y", i), g.Linear(x, g.Persistent(wb), nil))
-	}
-	prog, err := cpu.Compile(g)
-	if err != nil {
-		return 0, 0, used, err
-	}
-	defer prog.Close()
-	xs := prog.Input("x")
-	for i := range xs {
-		xs[i] = float32(i%5-2) * 0.1
-	}
-	blasRun, err := cgo.NewSgemmBench(m, n, k)
+	blasRun, err := cgo.NewSgemmBench(m, n, k, copies)
 	if err != nil {
 		return 0, 0, used, err
 	}
 	defer blasRun.Free()
-	// About 0.5 GFLOP per side and round (two calls at least), after one untimed call each.
-	calls := max(2, int(5e8/(2*float64(m)*float64(k)*float64(n)*float64(perCall))))
-	if err := prog.Run(); err != nil {
-		return 0, 0, used, err
+	// About 0.5 GFLOP per side and round (two calls at least, and every copy once), after
+	// one untimed pass over the copies each.
+	calls := max(2, len(progs), int(5e8/(2*float64(m)*float64(k)*float64(n)*float64(perCall))))
+	for _, p := range progs {
+		if err := p.Run(); err != nil {
+			return 0, 0, used, err
+		}
 	}
-	blasRun.Run(threads, 1, perCall)
+	blasRun.Run(threads, len(progs), perCall)
 	var a, b []time.Duration
 	for range rounds {
 		if threads > 1 {
@@ -540,8 +570,8 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall int, dt engine.DType, r
 			time.Sleep(200 * time.Millisecond)
 		}
 		t0 := time.Now()
-		for range calls {
-			if err := prog.Run(); err != nil {
+		for c := range calls {
+			if err := progs[c%len(progs)].Run(); err != nil {
 				return 0, 0, used, err
 			}
 		}
@@ -554,6 +584,15 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall int, dt engine.DType, r
 		return a[0], b[0], used, nil
 	}
 	return a[len(a)/2], b[len(b)/2], used, nil
+}
+
+// gemmCopies is how many distinct weights a shape's products cycle through: the model's own
+// count of them (each layer reads its own), at most 1 GiB of F32 copies.
+func gemmCopies(s gemmShape, inCache bool) int {
+	if inCache {
+		return 1
+	}
+	return max(1, min(s.Count, (1<<30)/(4*s.K*s.N)))
 }
 
 // runBenchGemv times the decode-step Linear x[1, K]·Wᵀ with W [N, K] stored as F32, F16,

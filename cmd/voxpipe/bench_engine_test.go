@@ -108,6 +108,10 @@ func TestBenchGemm(t *testing.T) {
 			if r.Model != "miotts" || r.OursUs <= 0 || r.OpenBLASUs <= 0 || r.DType != "F32" || r.PerCall < 1 || r.PerCall > 2 {
 				t.Errorf("row %+v", r)
 			}
+			// Each product reads one of the model's own count of distinct weights.
+			if r.Copies < 1 || r.Copies != gemmCopies(r.gemmShape, false) || r.Copies > r.Count {
+				t.Errorf("row %+v: %d weight copies for %d products", r, r.Copies, r.Count)
+			}
 			fl := 2 * float64(r.M) * float64(r.K) * float64(r.N)
 			if !near(r.OursGFLOPS, fl/r.OursUs/1e3) || !near(r.OpenBLASGFLOPS, fl/r.OpenBLASUs/1e3) || !near(r.Ratio, r.OpenBLASUs/r.OursUs) {
 				t.Errorf("row figures disagree with its times: %+v", r)
