@@ -208,31 +208,17 @@ func (w *Writer) WriteLE(src []byte, from gguf.DType) error {
 		return errors.New("ggufpack: more data than the table holds")
 	}
 	t := w.table[w.cur]
-	cf, es := cgo.F32, 4
-	switch from {
-	case gguf.F16:
-		cf, es = cgo.F16, 2
-	case gguf.BF16:
-		cf, es = cgo.BF16, 2
-	case gguf.F32:
-	default:
+	cf, ok := encodeType(from)
+	if !ok || from == gguf.Q8_0 {
 		return fmt.Errorf("ggufpack: tensor %q: source type %v (F32, F16 or BF16)", t.Name, from)
 	}
+	es := from.BlockBytes()
 	if len(src)%es != 0 {
 		return fmt.Errorf("ggufpack: tensor %q: %d bytes is not whole %v values", t.Name, len(src), from)
 	}
 	n := len(src) / es
-	var ct cgo.DType
-	switch t.Type {
-	case gguf.F32:
-		ct = cgo.F32
-	case gguf.F16:
-		ct = cgo.F16
-	case gguf.BF16:
-		ct = cgo.BF16
-	case gguf.Q8_0:
-		ct = cgo.Q8_0
-	default: // Q4_K: decoded in C, quantised by WriteFloat32
+	ct, ok := encodeType(t.Type)
+	if !ok { // Q4_K: decoded in C, quantised by WriteFloat32
 		if cap(w.vals) < n {
 			w.vals = make([]float32, n)
 		}
@@ -257,6 +243,21 @@ func (w *Writer) WriteLE(src []byte, from gguf.DType) error {
 		return fmt.Errorf("ggufpack: tensor %q: %w", t.Name, err)
 	}
 	return w.WriteRaw(w.buf[:need])
+}
+
+// encodeType is the C encoder's name for a file type it converts (F32, F16, BF16, Q8_0).
+func encodeType(d gguf.DType) (cgo.DType, bool) {
+	switch d {
+	case gguf.F32:
+		return cgo.F32, true
+	case gguf.F16:
+		return cgo.F16, true
+	case gguf.BF16:
+		return cgo.BF16, true
+	case gguf.Q8_0:
+		return cgo.Q8_0, true
+	}
+	return 0, false
 }
 
 // advance pads after a complete tensor and moves to the next one.

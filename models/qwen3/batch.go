@@ -3,7 +3,6 @@ package qwen3
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"sync/atomic"
 
@@ -22,6 +21,15 @@ const MaxBatch = 16
 // lengths, so a set that steps together compiles again only when one of its sessions moves
 // to the next cache bucket or the set changes.
 const maxBatchPrograms = 32
+
+// maskInputs are the batch programs' mask input names, one per session (made once: StepBatch
+// fills them every decode step).
+var maskInputs = func() (names [MaxBatch]string) {
+	for i := range names {
+		names[i] = fmt.Sprintf("mask%d", i)
+	}
+	return names
+}()
 
 // sessionIDs numbers sessions for the batch program keys.
 var sessionIDs atomic.Uint64
@@ -87,17 +95,9 @@ func (m *Model) StepBatch(sessions []*Session, ids []int32) ([][]float32, error)
 	}
 	copy(prog.InputInt32("ids"), ids)
 	pos := prog.InputInt32("pos")
-	ninf := float32(math.Inf(-1))
 	for i, s := range sessions {
 		pos[i] = int32(s.pos)
-		mask := prog.Input(fmt.Sprintf("mask%d", i)) // [1, L]: the cache up to the new token
-		for j := range mask {
-			if j <= s.pos {
-				mask[j] = 0
-			} else {
-				mask[j] = ninf
-			}
-		}
+		causalRow(prog.Input(maskInputs[i]), s.pos) // [1, L]: the cache up to the new token
 	}
 	if err := prog.Run(); err != nil {
 		return nil, err
@@ -137,7 +137,7 @@ func (m *Model) buildBatch(sessions []*Session, ls []int) *engine.Graph {
 	pos := g.Input("pos", engine.I32, B)
 	masks := make([]engine.Tensor, B)
 	for b := range masks {
-		masks[b] = g.Input(fmt.Sprintf("mask%d", b), engine.F32, 1, int64(ls[b]))
+		masks[b] = g.Input(maskInputs[b], engine.F32, 1, int64(ls[b]))
 	}
 	x := m.w.Embed.Forward(g, ids) // [B, Hidden]: one row per session, in the place of tokens
 

@@ -320,16 +320,8 @@ func (s *Session) Prefill(ids []int32) ([]float32, error) {
 	// Causal additive mask over the cache bucket [0, l): row i sees positions ≤ p+i; the rest
 	// of the bucket (not yet written) is masked too.
 	mask := prog.Input("mask")
-	ninf := float32(math.Inf(-1))
 	for i := range t {
-		row := mask[i*l : (i+1)*l]
-		for j := range row {
-			if j <= p+i {
-				row[j] = 0
-			} else {
-				row[j] = ninf
-			}
-		}
+		causalRow(mask[i*l:(i+1)*l], p+i)
 	}
 	if err := prog.Run(); err != nil {
 		return nil, err
@@ -344,6 +336,19 @@ func (s *Session) Prefill(ids []int32) ([]float32, error) {
 		}
 	}
 	return s.logits, nil
+}
+
+// causalRow fills one row of an additive attention mask over the cache: positions up to
+// last are seen (0), the rest of the bucket is not (−Inf).
+func causalRow(row []float32, last int) {
+	ninf := float32(math.Inf(-1))
+	for j := range row {
+		if j <= last {
+			row[j] = 0
+		} else {
+			row[j] = ninf
+		}
+	}
 }
 
 // Trace makes the following calls also keep the token embeddings ("embed") and each
