@@ -45,12 +45,15 @@ const (
 	// them to f32, GatherRows the rows it picks.
 	Q4_K DType = C.VX_Q4_K
 	BF16 DType = C.VX_BF16
+	// F32P is an F32 Linear weight packed at load (RepackF32P) into the panels the
+	// small-matrix kernel streams; only OpLinearQ takes it.
+	F32P DType = C.VX_F32_P
 )
 
 // WeightBytes is the size of an [n, k] weight of type d (0 when k does not fit d's blocks).
 func WeightBytes(d DType, n, k int64) int64 {
 	switch d {
-	case Q8_0, F16, Q8_0R8, Q4_K, BF16:
+	case Q8_0, F16, Q8_0R8, Q4_K, BF16, F32P:
 		return int64(C.vx_qbytes(C.int(d), C.int64_t(n), C.int64_t(k)))
 	}
 	return n * RowBytes(d, k)
@@ -64,6 +67,35 @@ func RepackQ8_0R8(dst []byte, src []byte, n, k int64) error {
 	}
 	C.vx_repack_q8_0_r8(unsafe.Pointer(&src[0]), unsafe.Pointer(&dst[0]), C.int64_t(n), C.int64_t(k))
 	return nil
+}
+
+// RepackF32P writes an [n, k] row-major F32 weight (src, little-endian bytes) in the F32P
+// layout to dst, which must hold WeightBytes(F32P, n, k) bytes and be 64-byte aligned.
+func RepackF32P(dst []byte, src []byte, n, k int64) error {
+	if n <= 0 || k <= 0 || int64(len(src)) != 4*n*k || int64(len(dst)) != WeightBytes(F32P, n, k) {
+		return fmt.Errorf("cgo: repack F32 [%d, %d] into panels: %d bytes in, %d out", n, k, len(src), len(dst))
+	}
+	// src may be Go memory: C reads it during the call only.
+	C.vx_repack_f32p((*C.float)(unsafe.Pointer(&src[0])), (*C.float)(unsafe.Pointer(&dst[0])), C.int64_t(n), C.int64_t(k))
+	return nil
+}
+
+// UnpackF32P returns rows [r0, r0+nr) of an F32P weight of k columns as row-major floats.
+func UnpackF32P(w []byte, k, r0, nr int64) []float32 {
+	out := make([]float32, nr*k)
+	if nr > 0 && k > 0 {
+		C.vx_unpack_f32p((*C.float)(unsafe.Pointer(&w[0])), C.int64_t(k), C.int64_t(r0), C.int64_t(nr), (*C.float)(unsafe.Pointer(&out[0])))
+	}
+	return out
+}
+
+// SetF32PNativeRows sets the row count up to which F32P products run the native kernel
+// (larger ones widen W panels for OpenBLAS) and returns the previous value; for benchmarks
+// and tests that compare the two.
+func SetF32PNativeRows(rows int64) int64 {
+	old := int64(C.vx_f32p_native_rows)
+	C.vx_f32p_native_rows = C.int64_t(rows)
+	return old
 }
 
 // RowBytes is the size of one row of k values of type d (0 when k does not fit d's blocks).
@@ -401,8 +433,18 @@ type OpTime struct {
 	Time  time.Duration
 }
 
+// ShapeTime is the time a profiled context spent in one op with given operand shapes (its
+// first two sources; nil when absent).
+type ShapeTime struct {
+	Op       Op
+	In0, In1 []int64
+	Calls    int64
+	Time     time.Duration
+}
+
 // StartProfile makes the following runs time every node (a clock read around each; off, no
-// cost). StopProfile ends it and returns the time per op, most first.
+// cost). StopProfile ends it and returns the time per op, most first; StopProfileShapes
+// also the time per op and operand shapes (the first 512 distinct ones), most first.
 func (c *Context) StartProfile() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -415,10 +457,16 @@ func (c *Context) StartProfile() {
 
 // StopProfile: see StartProfile (nil when no profile ran).
 func (c *Context) StopProfile() []OpTime {
+	ops, _ := c.StopProfileShapes()
+	return ops
+}
+
+// StopProfileShapes: see StartProfile (nil when no profile ran).
+func (c *Context) StopProfileShapes() ([]OpTime, []ShapeTime) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.profile == nil {
-		return nil
+		return nil, nil
 	}
 	if c.c != nil {
 		C.vx_ctx_set_profile(c.c, nil)
@@ -429,10 +477,23 @@ func (c *Context) StopProfile() []OpTime {
 			out = append(out, OpTime{Op: Op(op), Calls: n, Time: time.Duration(c.profile.ns[op])})
 		}
 	}
+	var shapes []ShapeTime
+	for i := range int(c.profile.n_shapes) {
+		e := &c.profile.shapes[i]
+		st := ShapeTime{Op: Op(e.op), Calls: int64(e.calls), Time: time.Duration(e.ns)}
+		for d := range int(e.ndim0) {
+			st.In0 = append(st.In0, int64(e.shape0[d]))
+		}
+		for d := range int(e.ndim1) {
+			st.In1 = append(st.In1, int64(e.shape1[d]))
+		}
+		shapes = append(shapes, st)
+	}
 	C.free(unsafe.Pointer(c.profile))
 	c.profile = nil
 	slices.SortFunc(out, func(a, b OpTime) int { return int(b.Time - a.Time) })
-	return out
+	slices.SortFunc(shapes, func(a, b ShapeTime) int { return int(b.Time - a.Time) })
+	return out, shapes
 }
 
 // Execute runs the whole plan in one call.

@@ -1,6 +1,6 @@
 /* Plan executor: dispatches each node to its kernel. The thread pool lives in pool.c. */
 #include <time.h>
-#include "vx.h"
+#include "kern.h"
 
 static const vx_kernel_fn kernels[VX_OP_COUNT] = {
 	[VX_OP_COPY] = vx_k_copy,
@@ -34,6 +34,36 @@ static int64_t now_ns(void) {
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static int same_dims(int nd, const int64_t *a, const vx_tensor *t) {
+	if (nd != (t ? t->ndim : 0))
+		return 0;
+	for (int i = 0; i < nd; i++)
+		if (a[i] != t->shape[i])
+			return 0;
+	return 1;
+}
+
+/* The profile entry of n's op and operand shapes (NULL when the table is full). */
+static vx_profile_shape *shape_entry(vx_profile *prof, const vx_node *n, const vx_tensor *t) {
+	const vx_tensor *a = vx_src(n, t, 0), *b = vx_src(n, t, 1);
+	for (int i = 0; i < prof->n_shapes; i++) {
+		vx_profile_shape *e = &prof->shapes[i];
+		if (e->op == n->op && same_dims(e->ndim0, e->shape0, a) && same_dims(e->ndim1, e->shape1, b))
+			return e;
+	}
+	if (prof->n_shapes == VX_PROFILE_SHAPES)
+		return NULL;
+	vx_profile_shape *e = &prof->shapes[prof->n_shapes++];
+	e->op = n->op;
+	e->ndim0 = a ? a->ndim : 0;
+	e->ndim1 = b ? b->ndim : 0;
+	for (int i = 0; i < e->ndim0; i++)
+		e->shape0[i] = a->shape[i];
+	for (int i = 0; i < e->ndim1; i++)
+		e->shape1[i] = b->shape[i];
+	return e;
+}
+
 int vx_execute(vx_ctx *ctx, const vx_plan *plan, int32_t *failed_node) {
 	vx_profile *prof = vx_ctx_profile_of(ctx);
 	for (int32_t i = 0; i < plan->n_nodes; i++) {
@@ -43,8 +73,14 @@ int vx_execute(vx_ctx *ctx, const vx_plan *plan, int32_t *failed_node) {
 		if (n->op > VX_OP_NONE && n->op < VX_OP_COUNT && kernels[n->op])
 			err = kernels[n->op](ctx, n, plan->tensors);
 		if (prof && n->op > VX_OP_NONE && n->op < VX_OP_COUNT) {
-			prof->ns[n->op] += now_ns() - t0;
+			int64_t dt = now_ns() - t0;
+			prof->ns[n->op] += dt;
 			prof->calls[n->op]++;
+			vx_profile_shape *e = shape_entry(prof, n, plan->tensors);
+			if (e) {
+				e->ns += dt;
+				e->calls++;
+			}
 		}
 		if (err != VX_OK) {
 			if (failed_node)

@@ -31,7 +31,10 @@ func TestProfile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := ctx.StopProfile()
+	got, shapes := ctx.StopProfileShapes()
+	if len(shapes) != 2 || shapes[0].Calls != 3 || shapes[1].Calls != 3 || len(shapes[0].In0) != 1 || shapes[0].In0[0] != 4096 {
+		t.Errorf("shapes %+v, want 3 calls each of two ops on [4096]", shapes)
+	}
 	calls := map[Op]int64{}
 	for _, o := range got {
 		calls[o.Op] = o.Calls

@@ -22,7 +22,11 @@
 /* VX_Q4_K (GGUF's 256-value super-blocks) and VX_BF16 are weight layouts read like VX_F16:
  * Linear widens W panels to f32 for sgemm (their point is memory, not speed), GatherRows
  * widens the rows it picks. */
-typedef enum { VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3, VX_Q8_0_R8 = 4, VX_Q4_K = 5, VX_BF16 = 6 } vx_dtype;
+/* VX_F32_P is an F32 Linear weight [n, k] packed at load for the small-matrix kernel
+ * (vx_repack_f32p, k_f32p.c): panels of VX_F32P_ROWS rows, rows zero-padded to a multiple of
+ * 2 * VX_F32P_ROWS (vx_f32p_rows), panel p being k runs of its rows' values at one k. */
+typedef enum { VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3, VX_Q8_0_R8 = 4, VX_Q4_K = 5, VX_BF16 = 6, VX_F32_P = 7 } vx_dtype;
+#define VX_F32P_ROWS 16
 
 typedef struct {
 	void *data;                      /* first element (already offset for views) */
@@ -137,10 +141,20 @@ int vx_ctx_threads(const vx_ctx *ctx);
 int vx_execute(vx_ctx *ctx, const vx_plan *plan, int32_t *failed_node);
 
 /* Profiling: while a context has a profile, vx_execute adds each node's wall time (ns) and
- * one call to its op's entry (NULL: off, no clock read). */
+ * one call to its op's entry (NULL: off, no clock read), and to the entry of its op and
+ * operand shapes (its first two sources', ndim 0 when absent) while there is room for a
+ * new one. */
+#define VX_PROFILE_SHAPES 512
+typedef struct {
+	int32_t op, ndim0, ndim1, pad;
+	int64_t shape0[VX_MAX_DIMS], shape1[VX_MAX_DIMS];
+	int64_t ns, calls;
+} vx_profile_shape;
 typedef struct {
 	int64_t ns[VX_OP_COUNT];
 	int64_t calls[VX_OP_COUNT];
+	int32_t n_shapes;
+	vx_profile_shape shapes[VX_PROFILE_SHAPES];
 } vx_profile;
 void vx_ctx_set_profile(vx_ctx *ctx, vx_profile *p);
 vx_profile *vx_ctx_profile_of(const vx_ctx *ctx);
@@ -183,6 +197,17 @@ int64_t vx_qrow_bytes(int dtype, int64_t k);
 int64_t vx_qbytes(int dtype, int64_t n, int64_t k);
 /* Repacks [n, k] GGUF Q8_0 blocks (src) into the VX_Q8_0_R8 layout (dst, vx_qbytes bytes). */
 void vx_repack_q8_0_r8(const void *src, void *dst, int64_t n, int64_t k);
+/* VX_F32_P: rows of an [n, k] weight once padded; repacks row-major f32 src into dst
+ * (vx_f32p_rows(n) * k floats); unpacks rows [r0, r0+nr) back to row-major dst [nr, k]. */
+int64_t vx_f32p_rows(int64_t n);
+void vx_repack_f32p(const float *src, float *dst, int64_t n, int64_t k);
+void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *dst);
+/* y[M, N] = x[M, K] W^T (+ bias) for a VX_F32_P weight W (the VX_OP_LINEAR_Q kernel for it). */
+int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bias, float *y, int64_t M,
+                   int64_t N, int64_t K);
+/* Products of up to this many rows run the native kernel, larger ones OpenBLAS (tunable for
+ * bench gemm's comparison). */
+extern int64_t vx_f32p_native_rows;
 /* Dequantises one row of k values of a q8_0/f16 table into dst. */
 void vx_dequant_row(int dtype, const void *src, float *dst, int64_t k);
 /* Converts n values, little-endian bytes of type from (VX_F32, VX_F16, VX_BF16), to type to

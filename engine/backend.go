@@ -58,17 +58,32 @@ type OpTime struct {
 	Time  time.Duration
 }
 
+// ShapeTime is the time profiled runs spent in one kind of op with given operand shapes (the
+// node's first two sources; nil when absent).
+type ShapeTime struct {
+	Op       string
+	In0, In1 []int64
+	Calls    int64
+	Time     time.Duration
+}
+
 // StartProfile makes every following run time each node, until StopProfile, which returns
-// the time per kind of op, most first (for the bench commands' --profile).
+// the time per kind of op and per kind of op and operand shapes, most first (for the bench
+// commands' --profile).
 func (b *CPU) StartProfile() { b.ctx.StartProfile() }
 
 // StopProfile: see StartProfile.
-func (b *CPU) StopProfile() []OpTime {
+func (b *CPU) StopProfile() ([]OpTime, []ShapeTime) {
+	ops, shapes := b.ctx.StopProfileShapes()
 	var out []OpTime
-	for _, t := range b.ctx.StopProfile() {
+	for _, t := range ops {
 		out = append(out, OpTime{Op: opName(t.Op), Calls: t.Calls, Time: t.Time})
 	}
-	return out
+	var byShape []ShapeTime
+	for _, t := range shapes {
+		byShape = append(byShape, ShapeTime{Op: opName(t.Op), In0: t.In0, In1: t.In1, Calls: t.Calls, Time: t.Time})
+	}
+	return out, byShape
 }
 
 // NewCPU returns a CPU backend using threads cores (≤ 0: one).

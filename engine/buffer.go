@@ -118,14 +118,21 @@ func Upload(a Allocator, name string, data []float32, shape ...int64) (*Buffer, 
 
 // UploadRaw copies already-encoded data (a GGUF tensor's bytes: Q8_0 blocks, F16 halves, or
 // F32/I32 little-endian values) into a new buffer of that dtype and shape from a. For Q8_0R8
-// (a 2-D weight) raw is GGUF Q8_0 and is repacked into the decode kernel's layout.
+// (a 2-D weight) raw is GGUF Q8_0 and is repacked into the decode kernel's layout; for F32P
+// raw is F32, repacked into the small-matrix kernel's panels.
 func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64) (*Buffer, error) {
 	if !validShape(shape) {
 		return nil, fmt.Errorf("engine: buffer %q: invalid shape %v", name, shape)
 	}
 	in := dtype
-	if dtype == Q8_0R8 {
+	switch dtype {
+	case Q8_0R8:
 		in = Q8_0 // given as GGUF Q8_0 blocks, repacked below
+	case F32P:
+		in = F32 // given as row-major F32, repacked below
+		if len(shape) != 2 {
+			return nil, fmt.Errorf("engine: buffer %q: an F32P weight is 2-D, not %v", name, shape)
+		}
 	}
 	if want := storageSize(in, shape); want < 0 || int64(len(raw)) != want {
 		return nil, fmt.Errorf("engine: buffer %q: %d bytes for %s %v (want %d)", name, len(raw), dtypeName(in), shape, want)
@@ -134,12 +141,16 @@ func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64
 	if err != nil {
 		return nil, err
 	}
-	if dtype == Q8_0R8 {
+	if dtype == Q8_0R8 || dtype == F32P {
 		packed := b.Raw() // host memory is repacked in place
 		if packed == nil {
 			packed = make([]byte, b.mem.Bytes())
 		}
-		if err := cgo.RepackQ8_0R8(packed, raw, shape[0], shape[1]); err != nil {
+		repack := cgo.RepackQ8_0R8
+		if dtype == F32P {
+			repack = cgo.RepackF32P
+		}
+		if err := repack(packed, raw, shape[0], shape[1]); err != nil {
 			b.Free()
 			return nil, fmt.Errorf("engine: buffer %q: %w", name, err)
 		}
@@ -164,7 +175,7 @@ func storageSize(dtype DType, shape []int64) int64 {
 		}
 		return 4
 	}
-	if dtype == Q8_0R8 {
+	if dtype == Q8_0R8 || dtype == F32P {
 		if len(shape) != 2 {
 			return -1
 		}
@@ -180,11 +191,11 @@ func storageSize(dtype DType, shape []int64) int64 {
 	return numel(shape[:len(shape)-1]) * row
 }
 
-// IsQuantized reports whether dtype is a weight encoding (Q8_0, Q8_0R8, F16, Q4_K, BF16) rather than an
-// element type the ops compute in: such buffers feed only Linear (as the weight) and
-// GatherRows (as the table; not Q8_0R8).
+// IsQuantized reports whether dtype is a weight encoding (Q8_0, Q8_0R8, F16, Q4_K, BF16, F32P)
+// rather than an element type the ops compute in: such buffers feed only Linear (as the
+// weight) and GatherRows (as the table; not Q8_0R8 or F32P).
 func IsQuantized(dtype DType) bool {
-	return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 || dtype == Q4_K || dtype == BF16
+	return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 || dtype == Q4_K || dtype == BF16 || dtype == F32P
 }
 
 func dtypeName(d DType) string {
@@ -203,6 +214,8 @@ func dtypeName(d DType) string {
 		return "Q4_K"
 	case BF16:
 		return "BF16"
+	case F32P:
+		return "F32P"
 	}
 	return fmt.Sprintf("DType(%d)", int32(d))
 }

@@ -30,6 +30,9 @@ const (
 	// Linear widens panels of them to f32, GatherRows the rows it picks.
 	Q4_K = cgo.Q4_K
 	BF16 = cgo.BF16
+	// F32P is an F32 Linear weight packed into panels at load (built by UploadRaw from F32
+	// values): the layout the small-matrix kernel streams, for Linear weights only.
+	F32P = cgo.F32P
 )
 
 type tensorKind int

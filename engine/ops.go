@@ -492,8 +492,8 @@ func (g *Graph) GatherRows(table, idx Tensor) Tensor {
 	}
 	dt := table.DType()
 	if IsQuantized(dt) {
-		if dt == Q8_0R8 {
-			return g.fail("GatherRows", "a Q8_0R8 weight is interleaved for Linear; gather from a Q8_0 table", table, idx)
+		if dt == Q8_0R8 || dt == F32P {
+			return g.fail("GatherRows", "a "+dtypeName(dt)+" weight is interleaved for Linear; gather from a row-major table", table, idx)
 		}
 		if table.info().kind != kindPersistent {
 			return g.fail("GatherRows", "a quantised table must be a persistent buffer", table, idx)

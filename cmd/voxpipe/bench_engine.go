@@ -372,7 +372,7 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 	if *peak > 0 {
 		fmt.Fprintf(stderr, "peak: %d³…\n", *peak)
 		p := *peak
-		ours, blas, _, err := gemmPair(cpu, *threads, p, p, p, 1, 1, engine.F32, -*rounds)
+		ours, blas, _, err := gemmPair(cpu, *threads, p, p, p, 1, 1, engine.F32, false, -*rounds)
 		if err != nil {
 			return err
 		}
@@ -404,7 +404,7 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		// Products of a GFLOP or more run one per call: the call's own cost is then noise.
 		per := min(*perCall, max(1, int(2e8/s.flops())))
 		copies := gemmCopies(s, *inCache)
-		ours, blas, dt, err := gemmPair(cpu, *threads, s.M, s.K, s.N, per, copies, wdt, *rounds)
+		ours, blas, dt, err := gemmPair(cpu, *threads, s.M, s.K, s.N, per, copies, wdt, !s.Conv, *rounds)
 		if err != nil {
 			return fmt.Errorf("%s %s %s: %w", s.Model, s.Part, s.Kind, err)
 		}
@@ -432,7 +432,7 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		if s.Conv {
 			kind += " [conv]"
 		}
-		if dt != engine.F32 {
+		if dt != engine.F32 && dt != engine.F32P {
 			kind += " " + dtypeLabel(dt)
 		}
 		fmt.Fprintf(stdout, "  %-46s %5d %5d %5d %5d  %8.1f %8.1f %5.2f×  GFLOP/s\n", kind, s.M, s.K, s.N, s.Count, r.OursGFLOPS, r.OpenBLASGFLOPS, r.Ratio)
@@ -474,19 +474,22 @@ func dtypeLabel(d engine.DType) string {
 		return "Q8_0"
 	case engine.Q8_0R8:
 		return "Q8_0R8"
+	case engine.F32P:
+		return "F32P"
 	}
 	return "F32"
 }
 
 // gemmPair times x·Wᵀ through engine programs of perCall Linear nodes (weights encoded as dt
-// where the shape allows it, as the model loaders do) and through perCall OpenBLAS F32
+// where the shape allows it, as the model loaders do; F32 packed into panels for a Linear
+// layer's weight, plain for a convolution's) and through perCall OpenBLAS F32
 // sgemms per cgo call with OpenBLAS's own threads, alternating rounds so both see the same
 // machine load; the medians of rounds, per product, and the dtype our side ran. Both sides
 // cycle through copies distinct weights (a model reads each layer's own weight once per
 // step, mostly from memory; one copy stays in cache). rounds < 0 runs -rounds rounds and
 // returns the best of each side instead (a peak: what the machine can do when nothing else
 // runs on it).
-func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall, copies int, dt engine.DType, rounds int) (ours, blas time.Duration, used engine.DType, err error) {
+func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall, copies int, dt engine.DType, linear bool, rounds int) (ours, blas time.Duration, used engine.DType, err error) {
 	best := rounds < 0
 	rounds = max(rounds, -rounds)
 	copies = max(copies, 1)
@@ -497,6 +500,8 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall, copies int, dt engine.
 	used = engine.F32
 	var raw []byte
 	switch {
+	case dt == engine.F32 && linear:
+		used, raw = engine.F32P, gguf.EncodeF32(w) // as models/nn loads an F32 Linear
 	case dt == engine.F16:
 		used, raw = engine.F16, gguf.EncodeF16(w)
 	case dt == engine.Q8_0 && k%32 == 0:

@@ -105,7 +105,7 @@ func TestBenchGemm(t *testing.T) {
 			var r gemmRow
 			_ = json.Unmarshal([]byte(line), &r)
 			rows++
-			if r.Model != "miotts" || r.OursUs <= 0 || r.OpenBLASUs <= 0 || r.DType != "F32" || r.PerCall < 1 || r.PerCall > 2 {
+			if r.Model != "miotts" || r.OursUs <= 0 || r.OpenBLASUs <= 0 || r.DType != "F32P" || r.PerCall < 1 || r.PerCall > 2 { // F32P: Linear weights packed as the models load them
 				t.Errorf("row %+v", r)
 			}
 			// Each product reads one of the model's own count of distinct weights.

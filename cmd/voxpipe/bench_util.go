@@ -52,7 +52,7 @@ func (p *profiler) stop(what string) {
 		return
 	}
 	wall := time.Since(p.t0)
-	ops := p.be.StopProfile()
+	ops, shapes := p.be.StopProfile()
 	var inOps time.Duration
 	for _, o := range ops {
 		inOps += o.Time
@@ -64,4 +64,12 @@ func (p *profiler) stop(what string) {
 			float64(o.Time.Microseconds())/float64(o.Calls))
 	}
 	fmt.Fprintf(p.out, "  %-16s %8s %10.2f %6.1f%%\n", "(outside ops)", "", ms(wall-inOps), 100*(wall-inOps).Seconds()/wall.Seconds())
+	fmt.Fprintf(p.out, "  the %d costliest nodes by op and operand shapes:\n", min(profileTopShapes, len(shapes)))
+	for _, s := range shapes[:min(profileTopShapes, len(shapes))] {
+		fmt.Fprintf(p.out, "  %-16s %8d %10.2f %6.1f%% %10.2f  %v %v\n", s.Op, s.Calls, ms(s.Time), 100*s.Time.Seconds()/wall.Seconds(),
+			float64(s.Time.Microseconds())/float64(s.Calls), s.In0, s.In1)
+	}
 }
+
+// profileTopShapes is how many op-and-shape rows --profile prints.
+const profileTopShapes = 20

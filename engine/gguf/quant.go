@@ -44,3 +44,12 @@ func EncodeF16(src []float32) []byte {
 	}
 	return dst
 }
+
+// EncodeF32 encodes src as little-endian float32 (GGUF's F32).
+func EncodeF32(src []float32) []byte {
+	dst := make([]byte, 4*len(src))
+	for i, v := range src {
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+	}
+	return dst
+}

@@ -169,8 +169,76 @@ type DiT struct {
 	ropeDims int64
 	ropeBase float32
 
-	mu       sync.Mutex // serialises the GTM program (Timbre may be called from any stream)
+	mu       sync.Mutex // serialises the GTM and time programs (any stream may call them)
 	gtmCache *engine.Cache
+	times    map[[2]float64]*timeCond
+}
+
+// timeCond is what one (t, r) of the schedule gives every DiT call: the two time embeddings
+// (for traces), every layer's AdaLN modulation and the output modulation. They depend on
+// (t, r) alone, so they are computed once per model, not in every call of every stream (the
+// modulation weights are 4 × 6 MB at real size: reading them per call cost ~0.4 ms).
+type timeCond struct {
+	tEmb, rEmb []float32 // [dim] each
+	mod        []float32 // [depth, 6·dim]
+	fin        []float32 // [2·dim]: scale, then shift
+}
+
+// timeCondFor returns the conditioning of (t, r), running the time program the first time.
+func (d *DiT) timeCondFor(t, r float64) (*timeCond, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := [2]float64{t, r}
+	if tc := d.times[key]; tc != nil {
+		return tc, nil
+	}
+	prog, err := d.gtmCache.Get("time", func() (*engine.Graph, error) {
+		g := d.buildTime()
+		return g, g.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meanvc2: time conditioning: %w", err)
+	}
+	c := d.Config
+	timeFreq(prog.Input("t_freq"), t, c.TimeScale)
+	timeFreq(prog.Input("r_freq"), r, c.TimeScale)
+	if err := prog.Run(); err != nil {
+		return nil, fmt.Errorf("meanvc2: time conditioning: %w", err)
+	}
+	cp := func(name string) []float32 { return append([]float32(nil), prog.Output(name)...) }
+	tc := &timeCond{tEmb: cp("t_time_embed"), rEmb: cp("r_time_embed"), mod: cp("mod"), fin: cp("fin")}
+	if d.times == nil {
+		d.times = map[[2]float64]*timeCond{}
+	}
+	d.times[key] = tc
+	return tc, nil
+}
+
+// buildTime: the time embeddings of t and r (sinusoids t_freq, r_freq [1, freq] → MLP), and
+// from SiLU(t_emb + r_emb) every block's modulation (mod [depth, 6·dim]) and norm_out's (fin).
+func (d *DiT) buildTime() *engine.Graph {
+	c := d.Config
+	g := engine.NewGraph("meanvc2.time")
+	tf := g.Input("t_freq", engine.F32, 1, int64(c.TimeFreqDim))
+	rf := g.Input("r_freq", engine.F32, 1, int64(c.TimeFreqDim))
+	g.Label("time_embed")
+	w := d.w
+	te := func(f engine.Tensor, mlp *timeEmbed) engine.Tensor {
+		return mlp.L2.Forward(g, g.SiLU(mlp.L0.Forward(g, f)))
+	}
+	tEmb, rEmb := te(tf, &w.TTime), te(rf, &w.RTime)
+	g.Output("t_time_embed", tEmb)
+	g.Output("r_time_embed", rEmb)
+	silu := g.SiLU(g.Add(tEmb, rEmb)) // [1, dim]
+	mods := make([]engine.Tensor, len(w.Blocks))
+	for l := range w.Blocks {
+		g.Label(fmt.Sprintf("transformer_blocks.%d.modulation", l))
+		mods[l] = w.Blocks[l].Mod.Forward(g, silu) // [1, 6·dim]
+	}
+	g.Output("mod", g.Concat(0, mods...))
+	g.Label("norm_out")
+	g.Output("fin", w.NormOut.Forward(g, silu))
+	return g
 }
 
 // LoadDiT binds the vc/ tensors of src (a gguf Model's Sub("vc")) and copies them into
@@ -245,8 +313,8 @@ func (d *DiT) Close() {
 type stepOpts struct{ commit, trace bool }
 
 // buildStep is one DiT call over the Window() frames of a step. Inputs: x [W, mel], cond
-// [W, bn], spk [1, spk], gtm_k/gtm_v [slots, hidden], t_freq/r_freq [1, freq] (host
-// sinusoids), qpos [W] and per layer kpos{l} [cap+W] (absolute frame positions) and mask{l}
+// [W, bn], spk [1, spk], gtm_k/gtm_v [slots, hidden], mod [depth, 6·dim] and fin [1, 2·dim]
+// (the call's time conditioning, timeCondFor), qpos [W] and per layer kpos{l} [cap+W] (absolute frame positions) and mask{l}
 // [W, cap+W]. Layer l's caches are [H, cap, Dh] with the valid rows at the end (older rows
 // are masked), keys after RMSNorm and before RoPE; a commit shifts in the chunk's rows.
 func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
@@ -259,8 +327,6 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 	spk := g.Input("spk", engine.F32, 1, int64(c.SpkDim))
 	gk := g.Input("gtm_k", engine.F32, int64(c.GTMSlots), int64(c.GTMHidden))
 	gv := g.Input("gtm_v", engine.F32, int64(c.GTMSlots), int64(c.GTMHidden))
-	tf := g.Input("t_freq", engine.F32, 1, int64(c.TimeFreqDim))
-	rf := g.Input("r_freq", engine.F32, 1, int64(c.TimeFreqDim))
 	qpos := g.Input("qpos", engine.I32, W)
 	trace := func(name string, t engine.Tensor) {
 		if o.trace {
@@ -268,15 +334,10 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 		}
 	}
 
-	g.Label("time_embed")
+	// The AdaLN modulations depend on (t, r) alone: computed once per model (timeConds).
+	mods := g.Input("mod", engine.F32, int64(c.Depth), 6*int64(c.Dim))
+	finMod := g.Input("fin", engine.F32, 1, 2*int64(c.Dim))
 	w := d.w
-	te := func(f engine.Tensor, mlp *timeEmbed) engine.Tensor {
-		return mlp.L2.Forward(g, g.SiLU(mlp.L0.Forward(g, f)))
-	}
-	tEmb, rEmb := te(tf, &w.TTime), te(rf, &w.RTime)
-	trace("t_time_embed", tEmb)
-	trace("r_time_embed", rEmb)
-	silu := g.SiLU(g.Add(tEmb, rEmb)) // [1, dim]
 
 	g.Label("temporal_timbre")
 	th := int64(c.TVTHeads)
@@ -316,7 +377,7 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 		capL := int64(c.CacheFrames(l))
 		kpos := g.Input(fmt.Sprintf("kpos%d", l), engine.I32, capL+W)
 		mask := g.Input(fmt.Sprintf("mask%d", l), engine.F32, W, capL+W)
-		mod := b.Mod.Forward(g, silu) // [1, 6·dim]
+		mod := g.Slice(mods, 0, int64(l), int64(l)+1) // [1, 6·dim]
 		part := func(i int64) engine.Tensor { return g.Slice(mod, 1, i*dim, (i+1)*dim) }
 		shiftMSA, scaleMSA, gateMSA := part(0), part(1), part(2)
 		shiftMLP, scaleMLP, gateMLP := part(3), part(4), part(5)
@@ -355,8 +416,7 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 	}
 
 	g.Label("norm_out")
-	fin := w.NormOut.Forward(g, silu) // [1, 2·dim]: scale, then shift
-	h = modulate(h, g.Slice(fin, 1, dim, 2*dim), g.Slice(fin, 1, 0, dim))
+	h = modulate(h, g.Slice(finMod, 1, dim, 2*dim), g.Slice(finMod, 1, 0, dim)) // fin: scale, then shift
 	trace("norm_out", h)
 	g.Label("proj_out")
 	g.Output("u", w.ProjOut.Forward(g, h))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/voxpipe/voxpipe/engine"
 )
@@ -247,6 +248,10 @@ func (s *State) Denoise(x0, cond []float32, timbre Timbre) ([]float32, error) {
 	s.xw = append(s.xw[:0], x0...)
 	x := s.xw
 	for i, ts := range c.Timesteps {
+		tc, err := s.d.timeCondFor(ts[0], ts[1])
+		if err != nil {
+			return nil, fmt.Errorf("meanvc2: step: %w", err)
+		}
 		o := stepOpts{commit: i == n-1, trace: s.trace}
 		prog, err := s.cache.Get(fmt.Sprintf("commit=%v,trace=%v", o.commit, o.trace), func() (*engine.Graph, error) {
 			g := s.d.buildStep(s.kc, s.vc, o)
@@ -260,8 +265,8 @@ func (s *State) Denoise(x0, cond []float32, timbre Timbre) ([]float32, error) {
 		copy(prog.Input("spk"), timbre.Spk)
 		copy(prog.Input("gtm_k"), timbre.K)
 		copy(prog.Input("gtm_v"), timbre.V)
-		timeFreq(prog.Input("t_freq"), ts[0], c.TimeScale)
-		timeFreq(prog.Input("r_freq"), ts[1], c.TimeScale)
+		copy(prog.Input("mod"), tc.mod)
+		copy(prog.Input("fin"), tc.fin)
 		s.positions(prog)
 		if err := prog.Run(); err != nil {
 			return nil, fmt.Errorf("meanvc2: step at offset %d: %w", s.offset, err)
@@ -272,7 +277,7 @@ func (s *State) Denoise(x0, cond []float32, timbre Timbre) ([]float32, error) {
 		ct.TEmb, ct.REmb, ct.Timbre, ct.InputEmbed, ct.NormOut, ct.Blocks = nil, nil, nil, nil, nil, nil
 		if o.trace {
 			cp := func(name string) []float32 { return append([]float32(nil), prog.Output(name)...) }
-			ct.TEmb, ct.REmb = cp("t_time_embed"), cp("r_time_embed")
+			ct.TEmb, ct.REmb = slices.Clone(tc.tEmb), slices.Clone(tc.rEmb)
 			ct.Timbre, ct.InputEmbed, ct.NormOut = cp("temporal_timbre"), cp("input_embed"), cp("norm_out")
 			for l := range c.Depth {
 				ct.Blocks = append(ct.Blocks, cp(fmt.Sprintf("block%d", l)))

@@ -16,6 +16,7 @@ package nn
 import (
 	"reflect"
 	"slices"
+	"unsafe"
 
 	"github.com/voxpipe/voxpipe/cgo"
 	"github.com/voxpipe/voxpipe/engine"
@@ -70,7 +71,11 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 	if b == nil && err == nil {
 		var data []float32
 		if data, _, err = src.Get(name); err == nil {
-			b, err = engine.Upload(a, name, data, s...)
+			if t.enc == linearEnc && len(s) == 2 {
+				b, err = engine.UploadRaw(a, name, engine.F32P, f32Bytes(data), s...)
+			} else {
+				b, err = engine.Upload(a, name, data, s...)
+			}
 		}
 	}
 	if err != nil {
@@ -84,6 +89,8 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 // keep reports the engine dtype a file tensor of dtype dt is uploaded as without conversion.
 func (t *Tensor) keep(dt gguf.DType, shape []int64) (engine.DType, bool) {
 	switch {
+	case dt == gguf.F32 && t.enc == linearEnc && len(shape) == 2:
+		return engine.F32P, true
 	case dt == gguf.F32:
 		return engine.F32, true
 	case t.enc == f32Only || len(shape) != 2:
@@ -102,8 +109,9 @@ func (t *Tensor) keep(dt gguf.DType, shape []int64) (engine.DType, bool) {
 	return 0, false
 }
 
-// Matrix is a Linear weight [out, in]: kept as Q8_0 (repacked for the decode kernel), F16,
-// BF16 or Q4_K when the file holds it so.
+// Matrix is a Linear weight [out, in]: F32 packed into the small-matrix kernel's panels
+// (F32P), or kept as Q8_0 (repacked for the decode kernel), F16, BF16 or Q4_K when the file
+// holds it so.
 type Matrix struct{ Tensor }
 
 // Encoded implements weights.Encoder.
@@ -228,4 +236,12 @@ func walk(v reflect.Value, fn func(*Tensor)) {
 	case v.Kind() == reflect.Pointer && !v.IsNil():
 		walk(v.Elem(), fn)
 	}
+}
+
+// f32Bytes views float32 values as their little-endian bytes (the engine's F32 encoding).
+func f32Bytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
 }

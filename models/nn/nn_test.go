@@ -66,8 +66,11 @@ func TestSpecsAndBind(t *testing.T) {
 	if err := Bind(src, be, m); err != nil {
 		t.Fatal(err)
 	}
-	if dt := m.Blocks[1].FF.Weight.Buf.DType(); dt != engine.F32 {
-		t.Errorf("F32 source: weight %v", dt)
+	if dt := m.Blocks[1].FF.Weight.Buf.DType(); dt != engine.F32P { // packed for the small-matrix kernel
+		t.Errorf("F32 source: Linear weight %v, want F32P", dt)
+	}
+	if dt := m.Blocks[1].Norm.Weight.Buf.DType(); dt != engine.F32 {
+		t.Errorf("F32 source: norm weight %v, want F32", dt)
 	}
 	Free(m)
 	if m.Blocks[0].FF.Weight.Present() {

@@ -1,0 +1,256 @@
+package cgo
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+)
+
+// f32pWeight packs W [n, k] into the F32P layout in C memory.
+func f32pWeight(t testing.TB, w []float32, n, k int) *Buffer {
+	t.Helper()
+	packed := make([]byte, WeightBytes(F32P, int64(n), int64(k)))
+	if err := RepackF32P(packed, unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 4*len(w)), int64(n), int64(k)); err != nil {
+		t.Fatal(err)
+	}
+	return cBytes(t, packed)
+}
+
+// linearF32P runs y = x·Wᵀ (+ bias) on ctx through one OpLinearQ node over the packed W.
+func linearF32P(t testing.TB, ctx *Context, x []float32, w *Buffer, bias []float32, m, n, k int) []float32 {
+	t.Helper()
+	xb, yb := cFloats(t, x), cFloats(t, make([]float32, m*n))
+	defer xb.Free()
+	defer yb.Free()
+	for i := range yb.Float32s() {
+		yb.Float32s()[i] = float32(math.NaN())
+	}
+	ys, xs, ws := []int64{int64(m), int64(n)}, []int64{int64(m), int64(k)}, []int64{int64(n), int64(k)}
+	tensors := []Tensor{
+		{Data: yb.Ptr(), DType: F32, Shape: ys, Stride: Contiguous(ys)},
+		{Data: xb.Ptr(), DType: F32, Shape: xs, Stride: Contiguous(xs)},
+		{Data: w.Ptr(), DType: F32P, Shape: ws, Stride: Contiguous(ws)},
+	}
+	node := Node{Op: OpLinearQ, Src: []int{1, 2}, Dst: 0}
+	if bias != nil {
+		bb := cFloats(t, bias)
+		defer bb.Free()
+		tensors = append(tensors, Tensor{Data: bb.Ptr(), DType: F32, Shape: []int64{int64(n)}, Stride: []int64{1}})
+		node.Src = append(node.Src, 3)
+	}
+	p, err := NewPlan([]Node{node}, tensors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Free()
+	if err := ctx.Execute(p); err != nil {
+		t.Fatal(err)
+	}
+	return append([]float32(nil), yb.Float32s()...)
+}
+
+// TestLinearF32P checks the packed-F32 Linear against float64 products on odd shapes (M, N,
+// K not multiples of the tiles), with and without bias, on the portable, AVX2 and AVX-512
+// paths, 1 and 2 threads, and both the native kernel and the OpenBLAS path for many rows.
+// Bound: f32 rounding, 2e-6·K·Σ|x||w| is far looser than needed; 1e-5·Σ|x||w| + 1e-6 holds.
+func TestLinearF32P(t *testing.T) {
+	shapes := []struct{ m, n, k int }{
+		{1, 1, 1}, {1, 7, 5}, {2, 33, 17}, {3, 80, 64}, {4, 1024, 512}, {5, 47, 300}, {7, 65, 129},
+		{8, 32, 32}, {9, 100, 33}, {14, 514, 512}, {16, 1024, 512}, {17, 31, 1000}, {58, 130, 257},
+		{150, 96, 64},
+	}
+	rng := rand.New(rand.NewPCG(11, 2))
+	defer LimitCPUFeatures(Init())
+	defer SetF32PNativeRows(SetF32PNativeRows(128))
+	for ci, c := range shapes {
+		w := make([]float32, c.n*c.k)
+		for i := range w {
+			w[i] = float32(rng.NormFloat64() / math.Sqrt(float64(c.k)))
+		}
+		x := make([]float32, c.m*c.k)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		var bias []float32
+		if ci%2 == 1 {
+			bias = make([]float32, c.n)
+			for i := range bias {
+				bias[i] = float32(rng.NormFloat64())
+			}
+		}
+		ref := make([]float64, c.m*c.n)
+		bound := make([]float64, c.m*c.n)
+		for i := 0; i < c.m; i++ {
+			for j := 0; j < c.n; j++ {
+				var s, a float64
+				for l := 0; l < c.k; l++ {
+					p := float64(x[i*c.k+l]) * float64(w[j*c.k+l])
+					s += p
+					a += math.Abs(p)
+				}
+				if bias != nil {
+					s += float64(bias[j])
+					a += math.Abs(float64(bias[j]))
+				}
+				ref[i*c.n+j], bound[i*c.n+j] = s, 1e-5*a+1e-6
+			}
+		}
+		wb := f32pWeight(t, w, c.n, c.k)
+		// The unpacked rows are W itself.
+		if got := UnpackF32P(unsafe.Slice((*byte)(wb.Ptr()), WeightBytes(F32P, int64(c.n), int64(c.k))), int64(c.k), 0, int64(c.n)); !equalBits(got, w) {
+			t.Fatalf("%dx%d: UnpackF32P does not give W back", c.n, c.k)
+		}
+		for _, path := range []struct {
+			name string
+			rows int64
+		}{{"native", 1 << 30}, {"openblas", 0}} {
+			SetF32PNativeRows(path.rows)
+			for _, lv := range simdLevels() {
+				LimitCPUFeatures(lv.mask)
+				for _, th := range []int{1, 2} {
+					name := fmt.Sprintf("%dx%dx%d/%s/%s/%dthr", c.m, c.n, c.k, path.name, lv.name, th)
+					ctx, err := NewContext(th)
+					if err != nil {
+						t.Fatal(err)
+					}
+					y := linearF32P(t, ctx, x, wb, bias, c.m, c.n, c.k)
+					ctx.Close()
+					for i, v := range y {
+						if e := math.Abs(float64(v) - ref[i]); !(e <= bound[i]) {
+							t.Fatalf("%s: y[%d,%d] = %g, want %g ± %g", name, i/c.n, i%c.n, v, ref[i], bound[i])
+						}
+					}
+				}
+			}
+		}
+		wb.Free()
+	}
+}
+
+// TestLinearF32PRowsIndependent: on the native kernel a row's output has the same bits
+// whatever rows are computed with it (1 row alone, or as row r of 1…40), on every SIMD
+// level (AVX2 and AVX-512 agree bit for bit too) and thread count: the property batched
+// sessions rely on to get exactly what they get alone.
+func TestLinearF32PRowsIndependent(t *testing.T) {
+	const n, k = 200, 385
+	rng := rand.New(rand.NewPCG(4, 9))
+	w := make([]float32, n*k)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	bias := make([]float32, n)
+	for i := range bias {
+		bias[i] = float32(rng.NormFloat64())
+	}
+	x := make([]float32, 40*k)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	wb := f32pWeight(t, w, n, k)
+	defer wb.Free()
+	defer LimitCPUFeatures(Init())
+	defer SetF32PNativeRows(SetF32PNativeRows(128))
+	all := Init()
+	ctx1, _ := NewContext(1)
+	defer ctx1.Close()
+	ctx2, _ := NewContext(2)
+	defer ctx2.Close()
+	var want [][]float32 // row r alone, AVX2
+	LimitCPUFeatures(all &^ CPUAVX512F)
+	for r := 0; r < 40; r++ {
+		want = append(want, linearF32P(t, ctx1, x[r*k:(r+1)*k], wb, bias, 1, n, k))
+	}
+	for _, mask := range []int{all &^ CPUAVX512F, all} {
+		LimitCPUFeatures(mask)
+		for _, ctx := range []*Context{ctx1, ctx2} {
+			for _, m := range []int{1, 2, 3, 4, 7, 8, 9, 14, 16, 17, 40} {
+				y := linearF32P(t, ctx, x[:m*k], wb, bias, m, n, k)
+				for r := 0; r < m; r++ {
+					if !equalBits(y[r*n:(r+1)*n], want[r]) {
+						t.Fatalf("features %x, %d threads: row %d of %d differs from the row alone", mask, ctx.Threads(), r, m)
+					}
+				}
+			}
+		}
+	}
+}
+
+func equalBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// BenchmarkLinearF32P times the packed-F32 Linear at the MeanVC2 streaming shapes (DiT 16
+// rows, vocoder 14, ASR 4) on 1 and 2 threads; GFLOP/s is reported per product. Each run of
+// the plan does `copies` products, each over its own weight (one: the weight stays in cache;
+// 48: ~100 MB of weights read in turn, as a model's layers read them).
+func BenchmarkLinearF32P(b *testing.B) {
+	for _, copies := range []int{1, 48} {
+		for _, s := range []struct{ m, k, n int }{{16, 512, 1024}, {16, 1024, 512}, {14, 320, 1536}, {14, 1536, 320}, {4, 256, 2048}, {1, 512, 3072}} {
+			benchF32P(b, s.m, s.k, s.n, copies)
+		}
+	}
+}
+
+func benchF32P(b *testing.B, m, k, n, copies int) {
+	s := struct{ m, k, n int }{m, k, n}
+	w := make([]float32, s.n*s.k)
+	for i := range w {
+		w[i] = float32(i%7-3) * 0.01
+	}
+	var wbs []*Buffer
+	for range copies {
+		wbs = append(wbs, f32pWeight(b, w, s.n, s.k))
+	}
+	{
+		x := make([]float32, s.m*s.k)
+		for i := range x {
+			x[i] = float32(i%5-2) * 0.1
+		}
+		xb, yb := cFloats(b, x), cFloats(b, make([]float32, s.m*s.n))
+		ys, xs, ws := []int64{int64(s.m), int64(s.n)}, []int64{int64(s.m), int64(s.k)}, []int64{int64(s.n), int64(s.k)}
+		tensors := []Tensor{
+			{Data: yb.Ptr(), DType: F32, Shape: ys, Stride: Contiguous(ys)},
+			{Data: xb.Ptr(), DType: F32, Shape: xs, Stride: Contiguous(xs)},
+		}
+		var nodes []Node
+		for _, wb := range wbs {
+			tensors = append(tensors, Tensor{Data: wb.Ptr(), DType: F32P, Shape: ws, Stride: Contiguous(ws)})
+			nodes = append(nodes, Node{Op: OpLinearQ, Src: []int{1, len(tensors) - 1}, Dst: 0})
+		}
+		p, err := NewPlan(nodes, tensors)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, th := range []int{1, 2} {
+			b.Run(fmt.Sprintf("%dx%dx%d/%dweights/%dthr", s.m, s.k, s.n, copies, th), func(b *testing.B) {
+				ctx, err := NewContext(th)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer ctx.Close()
+				for b.Loop() {
+					if err := ctx.Execute(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(2*float64(s.m*s.k*s.n*copies)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+		p.Free()
+		xb.Free()
+		yb.Free()
+		for _, wb := range wbs {
+			wb.Free()
+		}
+	}
+}

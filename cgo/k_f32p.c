@@ -1,0 +1,337 @@
+/* Linear over F32 weights pre-packed at load (VX_F32_P): y = x W^T + bias, W [N, K].
+ *
+ * Why: the streaming models run many small products (16 rows per DiT call, 4 per ASR window,
+ * 14 per vocoder step) over weights that never change. OpenBLAS packs its B panels on every
+ * call and, split over our pool, every thread packs its own; here W is stored once in the
+ * layout the microkernel streams, so a call only reads it.
+ *
+ * Layout: rows of W in panels of 16 (VX_F32P_ROWS), the row count padded with zero rows to a
+ * multiple of 32 (two panels, the widest tile); panel p is K runs of 16 floats, run k holding
+ * W[16p + j][k] for j = 0..15. One 64-byte load gives one k of 16 output columns.
+ *
+ * Kernels: a tile of MR x rows times NP panels keeps MR*NP*16 sums in registers and, per k,
+ * loads NP panel vectors and broadcasts MR x values (AVX-512: MR <= 8 with NP = 2, or MR <= 3
+ * with NP = 4 so one row still has four independent FMA chains; AVX2: MR <= 6 with one panel,
+ * two ymm each). Every output is one FMA chain over k = 0..K-1 in order, whatever the tile,
+ * the row count or the thread split: a row's result does not depend on the rows beside it,
+ * so products batched across sessions give every session the bits it gets alone (and the
+ * AVX2 and AVX-512 paths agree bit for bit).
+ *
+ * Threads split the panel pairs (and the rows when the pairs are too few). Large products
+ * (many rows) go to OpenBLAS on widened panels instead, where its blocking wins
+ * (vx_f32p_native_rows, measured with `voxpipe bench gemm`). */
+#include <string.h>
+#include <cblas.h>
+#include "kern.h"
+
+#define PR VX_F32P_ROWS  /* rows per panel */
+#define PAIR (2 * PR)    /* rows are padded to a multiple of this */
+#ifndef F32P_PF
+#define F32P_PF 32 /* software prefetch distance in k (x 64 bytes per panel): 0, 8, 16, 32
+                    * measured on weights read from memory; 16-32 gained 25-35 % */
+#endif
+
+int64_t vx_f32p_rows(int64_t n) { return (n + PAIR - 1) / PAIR * PAIR; }
+
+void vx_repack_f32p(const float *src, float *dst, int64_t n, int64_t k) {
+	int64_t np = vx_f32p_rows(n) / PR;
+	for (int64_t p = 0; p < np; p++) {
+		float *d = dst + p * k * PR;
+		for (int j = 0; j < PR; j++) {
+			int64_t row = p * PR + j;
+			if (row >= n) {
+				for (int64_t q = 0; q < k; q++)
+					d[q * PR + j] = 0.0f;
+				continue;
+			}
+			const float *s = src + row * k;
+			for (int64_t q = 0; q < k; q++)
+				d[q * PR + j] = s[q];
+		}
+	}
+}
+
+/* Rows [r0, r0+nr) of W back in row-major [nr, k] form (the OpenBLAS path, and tests). */
+void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *dst) {
+	for (int64_t r = 0; r < nr; r++) {
+		const float *s = w + (r0 + r) / PR * k * PR + (r0 + r) % PR;
+		float *d = dst + r * k;
+		for (int64_t q = 0; q < k; q++)
+			d[q] = s[q * PR];
+	}
+}
+
+typedef struct {
+	const float *x, *w, *bias;
+	float *y;
+	int64_t M, N, K;
+	int64_t pairs;       /* panel pairs of W */
+	int64_t pparts;      /* pair ranges: range i is [pairs*i/pparts, pairs*(i+1)/pparts) */
+	int64_t mparts;      /* row parts per pair range, likewise */
+	vx_ctx *ctx;
+} f32p_job;
+
+/* Tiles compute sums over k in [k0, k1): k0 = 0 starts from zero, otherwise from the partial
+ * sums the previous k block left in y; k1 = K adds the bias. Storing and reloading a sum
+ * does not change it, so a row's bits do not depend on the k blocking either. */
+
+/* Columns [c0, c0+16) of rows [0, mr) of y: partial sums in, final or partial sums out. */
+static inline void load16(const float *y, int64_t ldy, float *sum, int mr, int64_t c0, int64_t N, int64_t k0) {
+	int nc = N - c0 < 16 ? (int)(N - c0) : 16;
+	for (int r = 0; r < mr; r++)
+		for (int c = 0; c < 16; c++)
+			sum[r * 16 + c] = k0 > 0 && c < nc ? y[r * ldy + c0 + c] : 0.0f;
+}
+static inline void store16(float *y, int64_t ldy, const float *sum, int mr, int64_t c0, int64_t N,
+                           const float *bias) {
+	int nc = N - c0 < 16 ? (int)(N - c0) : 16;
+	for (int r = 0; r < mr; r++)
+		for (int c = 0; c < nc; c++)
+			y[r * ldy + c0 + c] = sum[r * 16 + c] + (bias ? bias[c0 + c] : 0.0f);
+}
+
+/* ---- portable: the same tiles and the same order, but rounding each product (no FMA) ---- */
+static void tile_portable(const f32p_job *j, int64_t m0, int mr, int64_t p0, int np, int64_t k0, int64_t k1) {
+	float sum[8 * 16];
+	for (int p = 0; p < np; p++) {
+		int64_t c0 = (p0 + p) * PR;
+		if (c0 >= j->N)
+			break;
+		const float *w = j->w + (p0 + p) * j->K * PR;
+		float *y = j->y + m0 * j->N;
+		load16(y, j->N, sum, mr, c0, j->N, k0);
+		for (int64_t q = k0; q < k1; q++)
+			for (int r = 0; r < mr; r++) {
+				float a = j->x[(m0 + r) * j->K + q];
+				for (int c = 0; c < 16; c++)
+					sum[r * 16 + c] += a * w[q * PR + c];
+			}
+		store16(y, j->N, sum, mr, c0, j->N, k1 == j->K ? j->bias : NULL);
+	}
+}
+
+#ifdef VX_X86
+#include <immintrin.h>
+#define ALWAYS __attribute__((always_inline)) inline
+
+/* MR rows x NP panels, AVX-512: MR*NP zmm sums. */
+static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR, int64_t p0, const int NP,
+                                     int64_t k0, int64_t k1) {
+	__m512 acc[8 * 4];
+	const float *x = j->x + m0 * j->K, *w = j->w + p0 * j->K * PR;
+	float *y = j->y + m0 * j->N;
+	int64_t K = j->K, ps = K * PR;
+	__mmask16 mk[4];
+	for (int p = 0; p < NP; p++) {
+		int64_t nc = j->N - (p0 + p) * PR;
+		mk[p] = nc >= 16 ? (__mmask16)0xffff : nc <= 0 ? 0 : (__mmask16)((1u << nc) - 1);
+	}
+	for (int r = 0; r < MR; r++)
+		for (int p = 0; p < NP; p++)
+			acc[r * NP + p] = k0 > 0 ? _mm512_maskz_loadu_ps(mk[p], y + r * j->N + (p0 + p) * PR) : _mm512_setzero_ps();
+	for (int64_t q = k0; q < k1; q++) {
+		__m512 b[4];
+#if F32P_PF
+		for (int p = 0; p < NP; p++)
+			_mm_prefetch((const char *)(w + p * ps + (q + F32P_PF) * PR), _MM_HINT_T0);
+#endif
+		for (int p = 0; p < NP; p++)
+			b[p] = _mm512_load_ps(w + p * ps + q * PR);
+		for (int r = 0; r < MR; r++) {
+			__m512 a = _mm512_set1_ps(x[r * K + q]);
+			for (int p = 0; p < NP; p++)
+				acc[r * NP + p] = _mm512_fmadd_ps(a, b[p], acc[r * NP + p]);
+		}
+	}
+	int last = k1 == K;
+	for (int p = 0; p < NP; p++) {
+		if (!mk[p])
+			break;
+		int64_t c0 = (p0 + p) * PR;
+		__m512 bv = last && j->bias ? _mm512_maskz_loadu_ps(mk[p], j->bias + c0) : _mm512_setzero_ps();
+		for (int r = 0; r < MR; r++)
+			_mm512_mask_storeu_ps(y + r * j->N + c0, mk[p], last ? _mm512_add_ps(acc[r * NP + p], bv) : acc[r * NP + p]);
+	}
+}
+
+typedef void (*tile_fn)(const f32p_job *, int64_t, int64_t, int64_t, int64_t);
+#define T512(MR, NP)                                                                                    \
+	static AVX512_FN void tile512_##MR##_##NP(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
+		tile512(j, m0, MR, p0, NP, k0, k1);                                                             \
+	}
+T512(1, 2) T512(2, 2) T512(3, 2) T512(4, 2) T512(5, 2) T512(6, 2) T512(7, 2) T512(8, 2)
+T512(1, 4) T512(2, 4) T512(3, 4) T512(4, 4)
+static const tile_fn tiles512_2[9] = {0, tile512_1_2, tile512_2_2, tile512_3_2, tile512_4_2,
+                                      tile512_5_2, tile512_6_2, tile512_7_2, tile512_8_2};
+static const tile_fn tiles512_4[5] = {0, tile512_1_4, tile512_2_4, tile512_3_4, tile512_4_4};
+
+/* MR rows x one panel, AVX2: 2*MR ymm sums. */
+static AVX2_FN ALWAYS void tile256(const f32p_job *j, int64_t m0, const int MR, int64_t p0, int64_t k0, int64_t k1) {
+	if (p0 * PR >= j->N)
+		return;
+	float sum[6 * 16];
+	float *y = j->y + m0 * j->N;
+	load16(y, j->N, sum, MR, p0 * PR, j->N, k0);
+	__m256 acc[2 * 6];
+	const float *x = j->x + m0 * j->K, *w = j->w + p0 * j->K * PR;
+	int64_t K = j->K;
+	for (int r = 0; r < MR; r++) {
+		acc[2 * r] = _mm256_loadu_ps(sum + r * 16);
+		acc[2 * r + 1] = _mm256_loadu_ps(sum + r * 16 + 8);
+	}
+	for (int64_t q = k0; q < k1; q++) {
+		__m256 b0 = _mm256_load_ps(w + q * PR), b1 = _mm256_load_ps(w + q * PR + 8);
+		for (int r = 0; r < MR; r++) {
+			__m256 a = _mm256_broadcast_ss(x + r * K + q);
+			acc[2 * r] = _mm256_fmadd_ps(a, b0, acc[2 * r]);
+			acc[2 * r + 1] = _mm256_fmadd_ps(a, b1, acc[2 * r + 1]);
+		}
+	}
+	for (int r = 0; r < MR; r++) {
+		_mm256_storeu_ps(sum + r * 16, acc[2 * r]);
+		_mm256_storeu_ps(sum + r * 16 + 8, acc[2 * r + 1]);
+	}
+	store16(y, j->N, sum, MR, p0 * PR, j->N, k1 == K ? j->bias : NULL);
+}
+
+#define T256(MR)                                                                                         \
+	static AVX2_FN void tile256_##MR(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
+		tile256(j, m0, MR, p0, k0, k1);                                                                  \
+	}
+T256(1) T256(2) T256(3) T256(4) T256(5) T256(6)
+static const tile_fn tiles256[7] = {0, tile256_1, tile256_2, tile256_3, tile256_4, tile256_5, tile256_6};
+#endif
+
+/* k per block when several row tiles reuse W: the W floats of one block (kc x 16 per panel)
+ * stay within ~32 KB of L1 while each tile streams them. */
+static int64_t k_block(int64_t K, int panels) {
+	int64_t kc = 8192 / (16 * panels); /* 8192 floats: 32 KB */
+	return K <= kc ? K : kc;
+}
+
+/* Rows [m0, m1) against panel pairs [g0, g1). */
+static void run_block(const f32p_job *j, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
+	int lv = 0;
+#ifdef VX_X86
+	lv = vx_use_avx512() ? 2 : vx_use_avx2() ? 1 : 0;
+#endif
+	int64_t rows = m1 - m0;
+	for (int64_t g = g0; g < g1;) {
+		/* AVX-512 with at most 4 rows: two pairs at once where there are two (16 sums in
+		 * registers instead of 8: enough independent FMA chains to fill both FMA units). */
+		int quad = lv == 2 && rows <= 4 && g + 1 < g1;
+		int panels = quad ? 4 : 2, maxr = lv == 2 ? 8 : lv == 1 ? 6 : 8;
+		int64_t kc = rows > maxr ? k_block(j->K, lv == 1 ? 1 : panels) : j->K;
+		for (int64_t k0 = 0; k0 < j->K; k0 += kc) {
+			int64_t k1 = k0 + kc < j->K ? k0 + kc : j->K;
+			for (int64_t m = m0; m < m1;) {
+				int mr = m1 - m < maxr ? (int)(m1 - m) : maxr;
+#ifdef VX_X86
+				if (quad) {
+					tiles512_4[mr](j, m, 2 * g, k0, k1);
+				} else if (lv == 2) {
+					tiles512_2[mr](j, m, 2 * g, k0, k1);
+				} else if (lv == 1) {
+					tiles256[mr](j, m, 2 * g, k0, k1);
+					tiles256[mr](j, m, 2 * g + 1, k0, k1);
+				} else
+#endif
+					tile_portable(j, m, mr, 2 * g, 2, k0, k1);
+				m += mr;
+			}
+		}
+		g += quad ? 2 : 1;
+	}
+}
+
+/* Task i's pairs [*g0, *g1) and rows [*m0, *m1). */
+static void task_range(const f32p_job *j, int64_t i, int64_t *g0, int64_t *g1, int64_t *m0, int64_t *m1) {
+	int64_t gi = i / j->mparts, mi = i % j->mparts;
+	*g0 = j->pairs * gi / j->pparts;
+	*g1 = j->pairs * (gi + 1) / j->pparts;
+	*m0 = j->M * mi / j->mparts;
+	*m1 = j->M * (mi + 1) / j->mparts;
+}
+
+static void native_task(void *p, int64_t i) {
+	const f32p_job *j = p;
+	int64_t g0, g1, m0, m1;
+	task_range(j, i, &g0, &g1, &m0, &m1);
+	if (g1 > g0 && m1 > m0)
+		run_block(j, m0, m1, g0, g1);
+}
+
+/* OpenBLAS path: a task widens its W rows back to row-major in its scratch, then sgemm. */
+static void blas_task(void *p, int64_t i) {
+	const f32p_job *j = p;
+	int64_t g0, g1, m0, m1;
+	task_range(j, i, &g0, &g1, &m0, &m1);
+	int64_t n0 = g0 * PAIR, n1 = g1 * PAIR < j->N ? g1 * PAIR : j->N;
+	if (n1 <= n0 || m1 <= m0)
+		return;
+	float *panel = vx_scratch(j->ctx, vx_thread_id(), (n1 - n0) * j->K * 4); /* grown before */
+	vx_unpack_f32p(j->w, j->K, n0, n1 - n0, panel);
+	float *y = j->y + m0 * j->N + n0;
+	float beta = 0.0f;
+	if (j->bias) {
+		for (int64_t m = m0; m < m1; m++)
+			memcpy(j->y + m * j->N + n0, j->bias + n0, (size_t)(n1 - n0) * sizeof(float));
+		beta = 1.0f;
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(m1 - m0), (int)(n1 - n0), (int)j->K, 1.0f,
+	            j->x + m0 * j->K, (int)j->K, panel, (int)j->K, beta, y, (int)j->N);
+}
+
+static int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Up to this many rows the native kernel beats sgemm on widened panels (bench gemm). */
+int64_t vx_f32p_native_rows = 128;
+
+int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bias, float *y, int64_t M,
+                   int64_t N, int64_t K) {
+	if (M <= 0 || N <= 0)
+		return VX_OK;
+	if (K <= 0) {
+		for (int64_t m = 0; m < M; m++)
+			for (int64_t n = 0; n < N; n++)
+				y[m * N + n] = bias ? bias[n] : 0.0f;
+		return VX_OK;
+	}
+	int nt = vx_ctx_threads(ctx);
+	f32p_job j = {.x = x, .w = w, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ctx = ctx};
+	j.pairs = vx_f32p_rows(N) / PAIR;
+	double work = (double)M * (double)N * (double)K;
+	int native = M <= vx_f32p_native_rows;
+	/* At most 4 tasks per thread (so vx_parallel_for hands them out one by one), the pairs
+	 * dealt evenly; the rows are split too when the pairs are fewer than 2 per thread. The
+	 * OpenBLAS path also keeps a task's widened W near 1 MiB. Tiny products stay on the
+	 * calling thread. */
+	int64_t most = work < 65536.0 || nt == 1 ? 1 : 4 * (int64_t)nt;
+	j.pparts = j.pairs < most ? j.pairs : most;
+	if (!native) {
+		int64_t per = (1 << 18) / (K * PAIR); /* pairs in ~1 MiB of f32 */
+		per = per < 1 ? 1 : per;
+		if (cdiv64(j.pairs, j.pparts) > per)
+			j.pparts = cdiv64(j.pairs, per);
+	}
+	j.mparts = 1;
+	if (most > 1 && j.pparts < 2 * (int64_t)nt) {
+		int64_t mp = M / (native ? 8 : 16); /* a part keeps whole tiles */
+		int64_t want = cdiv64(2 * (int64_t)nt, j.pparts);
+		j.mparts = mp < 1 ? 1 : mp < want ? mp : want;
+	}
+	int64_t tasks = j.pparts * j.mparts;
+	if (!native) {
+		for (int i = 0; i < nt; i++)
+			if (!vx_scratch(ctx, i, cdiv64(j.pairs, j.pparts) * PAIR * K * 4))
+				return VX_ERR_NOMEM;
+	}
+	vx_task_fn fn = native ? native_task : blas_task;
+	if (tasks == 1 || nt == 1) {
+		for (int64_t i = 0; i < tasks; i++)
+			fn(&j, i);
+	} else {
+		vx_parallel_for(ctx, tasks, fn, &j);
+	}
+	return VX_OK;
+}
