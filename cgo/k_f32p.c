@@ -335,3 +335,94 @@ int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bia
 	}
 	return VX_OK;
 }
+
+/* ---- Conv2D over a packed kernel (VX_F32_P [Cout, Cin, KH, KW], no groups) ----
+ * Y^T [P, Cout] = cols [P, Cin·KH·KW] · W^T on the Linear kernel, cols being the input
+ * patches one output position per row (im2col), then Y [Cout, P] (+ bias) by transposing. */
+
+typedef struct {
+	const float *x; /* batch b's input: x[c*sx[1] + h*sx[2] + w*sx[3]] */
+	int64_t sx[4], Cin, H, W, KH, KW, sh, sw, ph, pw, dh, dw, OW, P, K, Cout;
+	float *cols, *out, *y; /* y: batch b's output, channel c at y + c*syc */
+	int64_t syc;
+	const float *bias;
+	int64_t sbias;
+} conv2d_p_job;
+
+static void im2col_task(void *p, int64_t i) {
+	const conv2d_p_job *j = p;
+	int64_t oh = i / j->OW, ow = i % j->OW;
+	float *row = j->cols + i * j->K;
+	for (int64_t c = 0; c < j->Cin; c++)
+		for (int64_t kh = 0; kh < j->KH; kh++) {
+			int64_t h = oh * j->sh - j->ph + kh * j->dh;
+			for (int64_t kw = 0; kw < j->KW; kw++) {
+				int64_t w = ow * j->sw - j->pw + kw * j->dw;
+				*row++ = h >= 0 && h < j->H && w >= 0 && w < j->W ? j->x[c * j->sx[1] + h * j->sx[2] + w * j->sx[3]] : 0.0f;
+			}
+		}
+}
+
+static void transpose_task(void *p, int64_t c) {
+	const conv2d_p_job *j = p;
+	float b = j->bias ? j->bias[c * j->sbias] : 0.0f;
+	float *y = j->y + c * j->syc;
+	for (int64_t q = 0; q < j->P; q++)
+		y[q] = j->out[q * j->Cout + c] + b;
+}
+
+int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,
+                   const vx_tensor *Y) {
+	if (!vx_tensor_ok(X, VX_F32) || !vx_tensor_ok(Y, VX_F32) || X->ndim != 4 || Wt->ndim != 4 || Y->ndim != 4 || !Wt->data)
+		return VX_ERR_BAD_SHAPE;
+	conv2d_p_job j = {.Cin = X->shape[1], .H = X->shape[2], .W = X->shape[3], .KH = Wt->shape[2], .KW = Wt->shape[3],
+	                  .sh = node->ip[0], .sw = node->ip[1], .ph = node->ip[2], .pw = node->ip[3], .dh = node->ip[4],
+	                  .dw = node->ip[5], .Cout = Wt->shape[0]};
+	int64_t B = X->shape[0];
+	if (node->ip[6] != 1 || Wt->shape[1] != j.Cin || j.sh < 1 || j.sw < 1 || j.dh < 1 || j.dw < 1 || j.ph < 0 || j.pw < 0 ||
+	    j.KH < 1 || j.KW < 1)
+		return VX_ERR_BAD_SHAPE;
+	if (bias && (!vx_tensor_ok(bias, VX_F32) || vx_numel(bias) != j.Cout))
+		return VX_ERR_BAD_SHAPE;
+	int64_t sph = j.H + 2 * j.ph - j.dh * (j.KH - 1) - 1, spw = j.W + 2 * j.pw - j.dw * (j.KW - 1) - 1;
+	if (sph < 0 || spw < 0)
+		return VX_ERR_BAD_SHAPE;
+	int64_t OH = sph / j.sh + 1;
+	j.OW = spw / j.sw + 1;
+	j.P = OH * j.OW;
+	j.K = j.Cin * j.KH * j.KW;
+	if (Y->shape[0] != B || Y->shape[1] != j.Cout || Y->shape[2] != OH || Y->shape[3] != j.OW)
+		return VX_ERR_BAD_SHAPE;
+	if ((j.OW > 1 && Y->stride[3] != 1) || (OH > 1 && Y->stride[2] != j.OW))
+		return VX_ERR_BAD_SHAPE; /* each output channel plane contiguous */
+	j.syc = j.Cout > 1 ? Y->stride[1] : j.P;
+	if (j.Cout > 1 && j.syc < j.P)
+		return VX_ERR_BAD_SHAPE;
+	if (B == 0 || j.Cout == 0 || j.P == 0)
+		return VX_OK;
+	if (bias) {
+		j.bias = bias->data;
+		j.sbias = bias->stride[bias->ndim - 1];
+	}
+	float *s = vx_scratch(ctx, VX_SCRATCH_SHARED, (j.P * j.K + j.P * j.Cout) * (int64_t)sizeof(float));
+	if (!s)
+		return VX_ERR_NOMEM;
+	j.cols = s;
+	j.out = s + j.P * j.K;
+	for (int d = 0; d < 4; d++)
+		j.sx[d] = X->stride[d];
+	for (int64_t b = 0; b < B; b++) {
+		j.x = (const float *)X->data + b * X->stride[0];
+		j.y = (float *)Y->data + b * Y->stride[0];
+		if (j.P * j.K >= 16384) /* smaller patches are copied faster than a dispatch */
+			vx_parallel_for(ctx, j.P, im2col_task, &j);
+		else
+			for (int64_t i = 0; i < j.P; i++)
+				im2col_task(&j, i);
+		int rc = vx_linear_f32p(ctx, j.cols, Wt->data, NULL, j.out, j.P, j.Cout, j.K);
+		if (rc != VX_OK)
+			return rc;
+		vx_parallel_for(ctx, j.Cout, transpose_task, &j);
+	}
+	return VX_OK;
+}

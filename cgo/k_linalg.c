@@ -779,6 +779,8 @@ static void conv2d_task(void *p, int64_t i) {
 int vx_k_conv2d(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *X = vx_src(node, t, 0), *Wt = vx_src(node, t, 1), *bias = vx_src(node, t, 2);
 	const vx_tensor *Y = &t[node->dst];
+	if (Wt && Wt->dtype == VX_F32_P)
+		return vx_conv2d_f32p(ctx, node, X, Wt, bias, Y);
 	if (!is_f32(X) || !is_f32(Wt) || !is_f32(Y) || X->ndim != 4 || Wt->ndim != 4 || Y->ndim != 4)
 		return VX_ERR_BAD_SHAPE;
 	conv2d_job j;

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -525,6 +526,8 @@ func TestConv2D(t *testing.T) {
 		{B: 1, Cin: 4, Cout: 4, H: 11, W: 9, KH: 3, KW: 2, sh: 1, sw: 2, ph: 1, pw: 0, dh: 2, dw: 1, g: 2, bias: true},
 		{B: 1, Cin: 16, Cout: 16, H: 30, W: 20, KH: 3, KW: 3, sh: 2, sw: 2, dh: 1, dw: 1, g: 1, bias: true}, // parallel
 		{B: 1, Cin: 3, Cout: 5, H: 1, W: 7, KH: 1, KW: 3, sh: 1, sw: 1, pw: 1, dh: 1, dw: 1, g: 1},
+		{B: 2, Cin: 7, Cout: 37, H: 40, W: 30, KH: 3, KW: 2, sh: 2, sw: 2, ph: 1, pw: 1, dh: 1, dw: 2, g: 1, bias: true}, // > 128 positions
+		{B: 1, Cin: 24, Cout: 33, H: 9, W: 39, KH: 3, KW: 3, sh: 2, sw: 2, dh: 1, dw: 1, g: 1, bias: true},               // the ASR's conv.2, small
 	}
 	for _, c := range cases {
 		name := fmt.Sprintf("%+v", c)
@@ -581,6 +584,31 @@ func TestConv2D(t *testing.T) {
 			}
 			compare(t, name, out, want, mag)
 		})
+		if c.g == 1 { // the same with the kernel packed as models/nn loads it (F32P)
+			raw := make([]float32, c.Cout*c.Cin*c.KH*c.KW)
+			for i := range raw {
+				co, r := int64(i)/(c.Cin*c.KH*c.KW), int64(i)%(c.Cin*c.KH*c.KW)
+				raw[i] = float32(w.at(co, r/(c.KH*c.KW), r/c.KW%c.KH, r%c.KW))
+			}
+			packed := make([]byte, WeightBytes(F32P, c.Cout, c.Cin*c.KH*c.KW))
+			if err := RepackF32P(packed, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 4*len(raw)), c.Cout, c.Cin*c.KH*c.KW); err != nil {
+				t.Fatal(err)
+			}
+			pw := cBytes(t, packed)
+			pts := slices.Clone(ts)
+			pts[1] = Tensor{Data: pw.Ptr(), DType: F32P, Shape: w.shape, Stride: Contiguous(w.shape)}
+			for _, rows := range []int64{1 << 30, 0} { // the native kernel, then OpenBLAS
+				old := SetF32PNativeRows(rows)
+				variants(t, out, func(t *testing.T, ctx *Context) {
+					if err := runNode(t, ctx, node, pts); err != nil {
+						t.Fatalf("%s packed: %v", name, err)
+					}
+					compare(t, name+" packed", out, want, mag)
+				})
+				SetF32PNativeRows(old)
+			}
+			pw.Free()
+		}
 		x.free()
 		w.free()
 		out.free()

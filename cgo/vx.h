@@ -205,6 +205,9 @@ void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *ds
 /* y[M, N] = x[M, K] W^T (+ bias) for a VX_F32_P weight W (the VX_OP_LINEAR_Q kernel for it). */
 int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bias, float *y, int64_t M,
                    int64_t N, int64_t K);
+/* VX_OP_CONV2D with a VX_F32_P kernel [Cout, Cin, KH, KW] (no groups). */
+int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,
+                   const vx_tensor *Y);
 /* Products of up to this many rows run the native kernel, larger ones OpenBLAS (tunable for
  * bench gemm's comparison). */
 extern int64_t vx_f32p_native_rows;

@@ -130,8 +130,8 @@ func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64
 		in = Q8_0 // given as GGUF Q8_0 blocks, repacked below
 	case F32P:
 		in = F32 // given as row-major F32, repacked below
-		if len(shape) != 2 {
-			return nil, fmt.Errorf("engine: buffer %q: an F32P weight is 2-D, not %v", name, shape)
+		if len(shape) < 2 {
+			return nil, fmt.Errorf("engine: buffer %q: an F32P weight has 2 or more dims, not %v", name, shape)
 		}
 	}
 	if want := storageSize(in, shape); want < 0 || int64(len(raw)) != want {
@@ -146,11 +146,13 @@ func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64
 		if packed == nil {
 			packed = make([]byte, b.mem.Bytes())
 		}
-		repack := cgo.RepackQ8_0R8
+		var err error
 		if dtype == F32P {
-			repack = cgo.RepackF32P
+			err = cgo.RepackF32P(packed, raw, shape[0], numel(shape[1:]))
+		} else {
+			err = cgo.RepackQ8_0R8(packed, raw, shape[0], shape[1])
 		}
-		if err := repack(packed, raw, shape[0], shape[1]); err != nil {
+		if err != nil {
 			b.Free()
 			return nil, fmt.Errorf("engine: buffer %q: %w", name, err)
 		}
@@ -176,10 +178,11 @@ func storageSize(dtype DType, shape []int64) int64 {
 		return 4
 	}
 	if dtype == Q8_0R8 || dtype == F32P {
-		if len(shape) != 2 {
+		if len(shape) != 2 && (dtype != F32P || len(shape) < 2) {
 			return -1
 		}
-		if n := cgo.WeightBytes(dtype, shape[0], shape[1]); n > 0 {
+		// F32P: rows are the first axis, each the rest flattened (a convolution's kernel).
+		if n := cgo.WeightBytes(dtype, shape[0], numel(shape[1:])); n > 0 {
 			return n
 		}
 		return -1
@@ -193,7 +196,7 @@ func storageSize(dtype DType, shape []int64) int64 {
 
 // IsQuantized reports whether dtype is a weight encoding (Q8_0, Q8_0R8, F16, Q4_K, BF16, F32P)
 // rather than an element type the ops compute in: such buffers feed only Linear (as the
-// weight) and GatherRows (as the table; not Q8_0R8 or F32P).
+// weight), GatherRows (as the table; not Q8_0R8 or F32P) and, F32P, Conv2D without groups.
 func IsQuantized(dtype DType) bool {
 	return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 || dtype == Q4_K || dtype == BF16 || dtype == F32P
 }

@@ -235,7 +235,8 @@ func (g *Graph) Output(name string, t Tensor) {
 // addNode appends a node producing a new contiguous tensor of the given shape.
 func (g *Graph) addNode(op cgo.Op, shape []int64, dtype DType, src []Tensor, ip [8]int64, fp [4]float32) Tensor {
 	for i, s := range src {
-		if IsQuantized(s.DType()) && !(op == cgo.OpLinearQ && i == 1) && !(op == cgo.OpGatherRows && i == 0) {
+		if IsQuantized(s.DType()) && !(op == cgo.OpLinearQ && i == 1) && !(op == cgo.OpGatherRows && i == 0) &&
+			!(op == cgo.OpConv2D && i == 1 && s.DType() == F32P && ip[6] == 1) {
 			return g.fail(opName(op), quantMisuse(s.info()), src...)
 		}
 	}

@@ -698,7 +698,13 @@ func (g *Graph) Conv2D(x, w Tensor, bias *Tensor, strideH, strideW, padH, padW, 
 	if h < 1 || wd < 1 {
 		return g.fail("Conv2D", "input smaller than the kernel", x, w)
 	}
-	w = g.Contiguous(w)
+	if w.DType() == F32P { // packed at load: a persistent kernel, read as is
+		if groups != 1 || w.info().kind != kindPersistent {
+			return g.fail("Conv2D", "a packed (F32P) kernel takes a persistent weight and no groups", x, w)
+		}
+	} else {
+		w = g.Contiguous(w)
+	}
 	return g.addNode(cgo.OpConv2D, []int64{x.Dim(0), cout, h, wd}, F32, srcs(x, &w, bias),
 		[8]int64{strideH, strideW, padH, padW, 1, 1, groups}, [4]float32{})
 }

@@ -17,14 +17,10 @@ func NewLinear(in, out int, bias bool) Linear {
 	return l
 }
 
-// Forward is x·Wᵀ + b over the last axis. A weight stored as a 1×1 convolution
-// [out, in, 1] is read as [out, in].
+// Forward is x·Wᵀ + b over the last axis. A weight declared as a 1×1 convolution
+// [out, in, 1] is loaded as the matrix [out, in].
 func (l *Linear) Forward(g *engine.Graph, x engine.Tensor) engine.Tensor {
-	w := l.Weight.In(g)
-	if s := l.Weight.Shape; len(s) == 3 && s[2] == 1 {
-		w = g.Reshape(w, int64(s[0]), int64(s[1]))
-	}
-	return g.Linear(x, w, l.Bias.Opt(g))
+	return g.Linear(x, l.Weight.In(g), l.Bias.Opt(g))
 }
 
 // Embedding is torch.nn.Embedding: weight [n, dim] rows (kept quantised when the file is).
@@ -152,13 +148,14 @@ func (b *BatchNorm1d) Forward(g *engine.Graph, x engine.Tensor, eps float32) eng
 
 // Conv2d is torch.nn.Conv2d: weight [out, in/groups, kh, kw], bias [out].
 type Conv2d struct {
-	Weight Tensor `gguf:"weight"`
+	Weight Kernel `gguf:"weight"`
 	Bias   Tensor `gguf:"bias,optional"`
 }
 
 // NewConv2d declares a Conv2d in → out with a kh×kw kernel, with a bias when bias is set.
+// Its weight is packed for the small-matrix kernel, so it runs without groups.
 func NewConv2d(in, out, kh, kw int, bias bool) Conv2d {
-	c := Conv2d{Weight: Shaped(shapeOr(out, in, kh, kw)...)}
+	c := Conv2d{Weight: Kernel{Shaped(shapeOr(out, in, kh, kw)...)}}
 	if bias {
 		c.Bias = declaredBias(out)
 	}

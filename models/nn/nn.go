@@ -31,6 +31,7 @@ const (
 	f32Only   encoding = iota // any op reads it: F32
 	linearEnc                 // a Linear weight: Q8_0 (repacked for the decode kernel) or F16
 	rowsEnc                   // a GatherRows table: Q8_0 or F16 rows
+	kernelEnc                 // a Conv2d weight: F32 packed (F32P)
 )
 
 // Tensor is one weight in a backend buffer. Before Bind, Shape is the expected shape (-1 a
@@ -56,6 +57,9 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 	for i, v := range shape {
 		s[i] = int64(v)
 	}
+	if t.enc == linearEnc && len(s) == 3 && s[2] == 1 {
+		s = s[:2] // a 1×1 convolution's weight [out, in, 1] is stored as the matrix it is
+	}
 	var b *engine.Buffer
 	var err error
 	if r, ok := weights.AsRaw(src); ok {
@@ -71,7 +75,7 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 	if b == nil && err == nil {
 		var data []float32
 		if data, _, err = src.Get(name); err == nil {
-			if t.enc == linearEnc && len(s) == 2 {
+			if t.enc == linearEnc && len(s) == 2 || t.packedKernel(s) {
 				b, err = engine.UploadRaw(a, name, engine.F32P, f32Bytes(data), s...)
 			} else {
 				b, err = engine.Upload(a, name, data, s...)
@@ -89,7 +93,7 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 // keep reports the engine dtype a file tensor of dtype dt is uploaded as without conversion.
 func (t *Tensor) keep(dt gguf.DType, shape []int64) (engine.DType, bool) {
 	switch {
-	case dt == gguf.F32 && t.enc == linearEnc && len(shape) == 2:
+	case dt == gguf.F32 && (t.enc == linearEnc && len(shape) == 2 || t.packedKernel(shape)):
 		return engine.F32P, true
 	case dt == gguf.F32:
 		return engine.F32, true
@@ -121,6 +125,22 @@ func (m *Matrix) Encoded() bool { return true }
 func (m *Matrix) Load(src weights.Source, name string, shape []int, a engine.Allocator) error {
 	m.enc = linearEnc
 	return m.Tensor.Load(src, name, shape, a)
+}
+
+// Kernel is a Conv2d weight [out, in, kh, kw] without groups: F32 is packed into the
+// small-matrix kernel's panels (F32P, each output channel's in·kh·kw values a row) when a
+// row has 64 values or more (the first conv of a spectrogram, 1·3·3, runs faster unpacked).
+type Kernel struct{ Tensor }
+
+// packedKernel reports whether t is a Kernel of the shape it packs.
+func (t *Tensor) packedKernel(shape []int64) bool {
+	return t.enc == kernelEnc && len(shape) == 4 && shape[1]*shape[2]*shape[3] >= 64
+}
+
+// Load implements weights.Leaf.
+func (k *Kernel) Load(src weights.Source, name string, shape []int, a engine.Allocator) error {
+	k.enc = kernelEnc
+	return k.Tensor.Load(src, name, shape, a)
 }
 
 // Rows is an embedding table [n, dim] that GatherRows reads: kept as Q8_0 or F16 rows when
