@@ -453,6 +453,13 @@ func TestRope(t *testing.T) {
 				pv[i] = 0
 			}
 		}
+		// Positions outside the context's memo (negative, ≥ 65536) take the per-call table.
+		switch T {
+		case 5:
+			pv[1] = -7
+		case 3:
+			pv[2] = 70000
+		}
 		ps := make([]float64, T)
 		for i, v := range pv {
 			ps[i] = float64(v)

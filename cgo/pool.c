@@ -72,6 +72,7 @@ struct vx_ctx {
 	_Atomic int stop;
 	uint32_t epoch; /* caller's copy */
 	vx_profile *profile; /* vx_ctx_set_profile; read by vx_execute on the caller's thread */
+	vx_rope_memo *rope;  /* k_rope.c's cos/sin tables, freed with the context */
 };
 
 typedef struct {
@@ -290,6 +291,7 @@ static void ctx_destroy(vx_ctx *c, int started) {
 		free(c->scratch);
 	}
 	free(c->threads);
+	vx_rope_memo_free(c->rope);
 	pthread_cond_destroy(&c->cv_done);
 	pthread_cond_destroy(&c->cv_work);
 	pthread_mutex_destroy(&c->mu);
@@ -343,6 +345,8 @@ int vx_ctx_threads(const vx_ctx *c) { return c->n_threads; }
 void vx_ctx_set_profile(vx_ctx *c, vx_profile *p) { c->profile = p; }
 
 vx_profile *vx_ctx_profile_of(const vx_ctx *c) { return c->profile; }
+
+vx_rope_memo **vx_ctx_rope_memo(vx_ctx *c) { return &c->rope; }
 
 /* ---- scratch ---- */
 

@@ -159,6 +159,12 @@ typedef struct {
 void vx_ctx_set_profile(vx_ctx *ctx, vx_profile *p);
 vx_profile *vx_ctx_profile_of(const vx_ctx *ctx);
 
+/* The RoPE kernel's cos/sin tables by position (k_rope.c), kept by the context between runs
+ * and freed with it. */
+typedef struct vx_rope_memo vx_rope_memo;
+vx_rope_memo **vx_ctx_rope_memo(vx_ctx *ctx);
+void vx_rope_memo_free(vx_rope_memo *m);
+
 /* ---- internal: kernels and the thread pool (implemented across the .c files here) ---- */
 
 /* Run fn(arg, i) for i in [0, n) on the context's threads; returns when all are done. */
