@@ -69,6 +69,9 @@ func RepackQ8_0R8(dst []byte, src []byte, n, k int64) error {
 	return nil
 }
 
+// F32PRows is the rows of one F32P panel; F32P weights are padded to twice that.
+const F32PRows = C.VX_F32P_ROWS
+
 // RepackF32P writes an [n, k] row-major F32 weight (src, little-endian bytes) in the F32P
 // layout to dst, which must hold WeightBytes(F32P, n, k) bytes and be 64-byte aligned.
 func RepackF32P(dst []byte, src []byte, n, k int64) error {

@@ -149,7 +149,8 @@ type Model struct {
 	backend engine.Backend
 
 	w       *encoder
-	invFreq []float32 // positional encoding frequencies
+	qkv     []*nn.Linear // per layer, its q, k and v projections as one Linear (nil: separate)
+	invFreq []float32    // positional encoding frequencies
 }
 
 // LoadGGUF loads the encoder from an audio.cpp MeanVC2 GGUF: the asr/ namespace and the
@@ -180,7 +181,18 @@ func Load(src weights.Source, cfg Config, backend engine.Backend) (*Model, error
 	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("conformer: %w", err)
 	}
-	m := &Model{Config: cfg, backend: backend, w: w}
+	m := &Model{Config: cfg, backend: backend, w: w, qkv: make([]*nn.Linear, len(w.Layers))}
+	for i := range w.Layers {
+		a := &w.Layers[i].Attn
+		f, ok, err := nn.FuseLinears(backend, fmt.Sprintf("encoder.encoders.%d.self_attn.qkv", i), &a.Q, &a.K, &a.V)
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("conformer: %w", err)
+		}
+		if ok {
+			m.qkv[i] = f
+		}
+	}
 	d := cfg.OutputSize
 	// WeNet's table: pe[p, 2i] = sin(p·f_i), pe[p, 2i+1] = cos(p·f_i), f_i = 10000^(−2i/d),
 	// the frequencies rounded to float32 as torch builds them.
@@ -193,7 +205,14 @@ func Load(src weights.Source, cfg Config, backend engine.Backend) (*Model, error
 }
 
 // Close frees the weights; no State of the model may run afterwards.
-func (m *Model) Close() { nn.Free(m.w) }
+func (m *Model) Close() {
+	for _, f := range m.qkv {
+		if f != nil {
+			f.Free()
+		}
+	}
+	nn.Free(m.w)
+}
 
 // CacheFrames is the attention cache length (required_cache_size).
 func (m *Model) CacheFrames() int { return m.Config.Stream.RequiredCache }
@@ -342,12 +361,13 @@ func (s *State) build(nf int) *engine.Graph {
 
 		g.Label(fmt.Sprintf("encoder.encoders.%d.self_attn", i))
 		y := l.NormMHA.Forward(g, x, eps)
-		q := g.Reshape(l.Attn.Q.Forward(g, y), T, h, dk)
+		qkv := nn.ForwardFused(g, m.qkv[i], y, &l.Attn.Q, &l.Attn.K, &l.Attn.V)
+		q := g.Reshape(qkv[0], T, h, dk)
 		heads := func(t engine.Tensor) engine.Tensor { // [T, d] → [1, H, T, dk]
 			return g.Permute(g.Reshape(t, 1, T, h, dk), 0, 2, 1, 3)
 		}
-		k := heads(l.Attn.K.Forward(g, y))
-		v := heads(l.Attn.V.Forward(g, y))
+		k := heads(qkv[1])
+		v := heads(qkv[2])
 		cache := g.Slice(att, 0, li, li+1) // [1, H, R, 2dk]
 		kAll := g.Concat(2, g.Slice(cache, 3, 0, dk), k)
 		vAll := g.Concat(2, g.Slice(cache, 3, dk, 2*dk), v)

@@ -2,6 +2,7 @@ package conformer
 
 import (
 	"fmt"
+	"github.com/voxpipe/voxpipe/models/nn"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -364,5 +365,51 @@ func TestParseConfig(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s accepted", bad)
 		}
+	}
+}
+
+// The fused q/k/v projection gives the bits of the three separate ones: the same windows
+// give identical features with and without it.
+func TestFusedQKVIsExact(t *testing.T) {
+	c := tinyConfig()
+	c.OutputSize = 32 // a multiple of the packed layout's 32 rows: fusable
+	m, err := Load(randomSource(c, 5), c, cpu(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.qkv[0] == nil {
+		t.Fatalf("q/k/v of width %d were not fused", c.OutputSize)
+	}
+	rng := rand.New(rand.NewPCG(8, 1))
+	var wins [][]float32
+	for range 3 {
+		w := make([]float32, 19*80)
+		for i := range w {
+			w[i] = float32(rng.NormFloat64()*3 + 5)
+		}
+		wins = append(wins, w)
+	}
+	run := func() (out []float32) {
+		st, err := m.NewState()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		for i, w := range wins {
+			y, err := st.Forward(w, 8+4*i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, y...)
+		}
+		return out
+	}
+	fused := run()
+	saved := m.qkv
+	m.qkv = make([]*nn.Linear, len(saved))
+	defer func() { m.qkv = saved }()
+	if separate := run(); !slices.Equal(fused, separate) {
+		t.Error("fused q/k/v changed the features")
 	}
 }

@@ -166,6 +166,7 @@ type DiT struct {
 	backend engine.Backend
 
 	w        *dit
+	qkv      []*nn.Linear // per block, its q, k and v projections as one Linear (nil: separate)
 	ropeDims int64
 	ropeBase float32
 
@@ -261,6 +262,18 @@ func LoadDiT(src weights.Source, cfg Config, backend engine.Backend) (*DiT, erro
 		return nil, fmt.Errorf("meanvc2: load: %w", err)
 	}
 	d := &DiT{Config: cfg, backend: backend, w: w, ropeDims: int64(cfg.DimHead), ropeBase: float32(cfg.RopeBase)}
+	d.qkv = make([]*nn.Linear, len(w.Blocks))
+	for l := range w.Blocks {
+		b := &w.Blocks[l]
+		f, ok, err := nn.FuseLinears(backend, fmt.Sprintf("vc.transformer_blocks.%d.attn.qkv", l), &b.Q, &b.K, &b.V)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("meanvc2: load: %w", err)
+		}
+		if ok {
+			d.qkv[l] = f
+		}
+	}
 	if w.InvFreq.Present() {
 		base, dims, err := ropeFromInvFreq(w.InvFreq.Data, cfg.DimHead)
 		if err != nil {
@@ -304,6 +317,11 @@ func ropeFromInvFreq(f []float32, dimHead int) (float32, int64, error) {
 func (d *DiT) Close() {
 	if d.gtmCache != nil {
 		d.gtmCache.Close()
+	}
+	for _, f := range d.qkv {
+		if f != nil {
+			f.Free()
+		}
 	}
 	nn.Free(d.w)
 }
@@ -383,9 +401,10 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 		shiftMLP, scaleMLP, gateMLP := part(3), part(4), part(5)
 
 		n := modulate(h, shiftMSA, scaleMSA)
-		q := heads(b.Q.Forward(g, n), &b.QNorm)
-		k := heads(b.K.Forward(g, n), &b.KNorm)
-		v := heads(b.V.Forward(g, n), nil)
+		qkv := nn.ForwardFused(g, d.qkv[l], n, &b.Q, &b.K, &b.V)
+		q := heads(qkv[0], &b.QNorm)
+		k := heads(qkv[1], &b.KNorm)
+		v := heads(qkv[2], nil)
 		ck := g.Reshape(g.Persistent(kc[l]), 1, H, capL, Dh)
 		cv := g.Reshape(g.Persistent(vc[l]), 1, H, capL, Dh)
 		kAll := g.Concat(2, ck, k)

@@ -10,6 +10,7 @@ import (
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/internal/parity"
 	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
+	"github.com/voxpipe/voxpipe/models/nn"
 )
 
 func goldenModel(t *testing.T) (*parity.Run, *gguf.Model) {
@@ -175,6 +176,27 @@ func TestRoPEOffsetInvariance(t *testing.T) {
 	}
 	if b.Offset() != 1200+5*sp.d.Config.ChunkSize {
 		t.Errorf("offset %d after 5 steps from 1200", b.Offset())
+	}
+}
+
+// The fused q/k/v projection gives the bits of the three separate ones: a stream's mel
+// frames are identical with and without it (the golden DiT's 64-wide projections fuse).
+func TestFusedQKVIsExact(t *testing.T) {
+	sp := newStepper(t)
+	if sp.d.qkv[0] == nil {
+		t.Fatal("the golden DiT's q/k/v were not fused")
+	}
+	a := sp.d.NewState()
+	defer a.Close()
+	fused := sp.run(t, a, 0, 4)
+	saved := sp.d.qkv
+	sp.d.qkv = make([]*nn.Linear, len(saved)) // separate products, in new programs
+	defer func() { sp.d.qkv = saved }()
+	b := sp.d.NewState()
+	defer b.Close()
+	separate := sp.run(t, b, 0, 4)
+	if !slices.Equal(fused, separate) {
+		t.Errorf("fused q/k/v changed the mel frames: rel %.3g", rel(fused, separate))
 	}
 }
 

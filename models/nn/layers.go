@@ -1,6 +1,9 @@
 package nn
 
-import "github.com/voxpipe/voxpipe/engine"
+import (
+	"github.com/voxpipe/voxpipe/cgo"
+	"github.com/voxpipe/voxpipe/engine"
+)
 
 // Linear is torch.nn.Linear: weight [out, in] (kept quantised when the file is), bias [out].
 type Linear struct {
@@ -176,4 +179,85 @@ func shapeOr(shape ...int) []int {
 		}
 	}
 	return shape
+}
+
+// FuseLinears returns one Linear computing what ls compute on the same input, their outputs
+// side by side (weights stacked by rows, biases concatenated): one product with more columns
+// instead of several small ones (a transformer's q, k and v). Each output column is the same
+// computation as in its own layer, so slices of the fused output equal the separate outputs
+// (bit for bit on the small-matrix kernel). ok is false, and nothing is allocated, when the
+// weights cannot be stacked: different types or widths, some with a bias and some without,
+// or a row count that breaks the packed layout's row groups.
+func FuseLinears(a engine.Allocator, name string, ls ...*Linear) (f *Linear, ok bool, err error) {
+	if len(ls) < 2 {
+		return nil, false, nil
+	}
+	w0 := ls[0].Weight.Buf
+	if w0 == nil || len(w0.Shape()) != 2 {
+		return nil, false, nil
+	}
+	dt, k := w0.DType(), w0.Shape()[1]
+	group := map[engine.DType]int64{engine.F32P: 2 * cgo.F32PRows, engine.Q8_0R8: 8}[dt]
+	rows, withBias := int64(0), ls[0].Bias.Present()
+	for _, l := range ls {
+		w := l.Weight.Buf
+		if w == nil || w.DType() != dt || len(w.Shape()) != 2 || w.Shape()[1] != k || w.Raw() == nil ||
+			l.Bias.Present() != withBias || group > 0 && w.Shape()[0]%group != 0 {
+			return nil, false, nil
+		}
+		rows += w.Shape()[0]
+	}
+	wb, err := a.Alloc(name+".weight", dt, rows, k)
+	if err != nil {
+		return nil, false, err
+	}
+	fused := &Linear{Weight: Matrix{Tensor{Shape: []int{int(rows), int(k)}, Buf: wb, enc: linearEnc}}}
+	var off int64
+	for _, l := range ls {
+		raw := l.Weight.Buf.Raw()
+		if err := wb.Write(off, raw); err != nil {
+			wb.Free()
+			return nil, false, err
+		}
+		off += int64(len(raw))
+	}
+	if withBias {
+		var bias []float32
+		for _, l := range ls {
+			bias = append(bias, l.Bias.Buf.Float32s()...)
+		}
+		bb, err := engine.Upload(a, name+".bias", bias, rows)
+		if err != nil {
+			wb.Free()
+			return nil, false, err
+		}
+		fused.Bias = Tensor{Shape: []int{int(rows)}, Buf: bb}
+	}
+	return fused, true, nil
+}
+
+// ForwardFused is x through each of ls: one product over fused (made from ls by
+// FuseLinears) split by columns after, or, fused nil, one product each.
+func ForwardFused(g *engine.Graph, fused *Linear, x engine.Tensor, ls ...*Linear) []engine.Tensor {
+	out := make([]engine.Tensor, len(ls))
+	if fused == nil {
+		for i, l := range ls {
+			out[i] = l.Forward(g, x)
+		}
+		return out
+	}
+	y := fused.Forward(g, x)
+	last, at := y.Rank()-1, int64(0)
+	for i, l := range ls {
+		n := int64(l.Weight.Dim(0))
+		out[i] = g.Slice(y, last, at, at+n)
+		at += n
+	}
+	return out
+}
+
+// Free releases a Linear made by FuseLinears.
+func (l *Linear) Free() {
+	l.Weight.Buf.Free()
+	l.Bias.Buf.Free()
 }
