@@ -10,8 +10,8 @@
  * W[16p + j][k] for j = 0..15. One 64-byte load gives one k of 16 output columns.
  *
  * Kernels: a tile of MR x rows times NP panels keeps MR*NP*16 sums in registers and, per k,
- * loads NP panel vectors and broadcasts MR x values (AVX-512: MR <= 8 with NP = 2, or MR <= 3
- * with NP = 4 so one row still has four independent FMA chains; AVX2: MR <= 6 with one panel,
+ * loads NP panel vectors and broadcasts MR x values (AVX-512: MR <= 8 with NP = 2, or MR <= 4
+ * with NP = 4 so few rows still have enough independent FMA chains; AVX2: MR <= 6 with one panel,
  * two ymm each). Every output is one FMA chain over k = 0..K-1 in order, whatever the tile,
  * the row count or the thread split: a row's result does not depend on the rows beside it,
  * so products batched across sessions give every session the bits it gets alone (and the
@@ -19,7 +19,8 @@
  *
  * Threads split the panel pairs (and the rows when the pairs are too few). Large products
  * (many rows) go to OpenBLAS on widened panels instead, where its blocking wins
- * (vx_f32p_native_rows, measured with `voxpipe bench gemm`). */
+ * (vx_f32p_native_rows; `voxpipe bench gemm`: MioTTS's 58-row prefill products run 1.3-1.4x
+ * OpenBLAS's speed here, WavLM's 499-row ones are left to OpenBLAS). */
 #include <string.h>
 #include <cblas.h>
 #include "kern.h"
@@ -284,7 +285,7 @@ static void blas_task(void *p, int64_t i) {
 
 static int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* Up to this many rows the native kernel beats sgemm on widened panels (bench gemm). */
+/* Up to this many rows the native kernel runs, larger products OpenBLAS (see the top). */
 int64_t vx_f32p_native_rows = 128;
 
 int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bias, float *y, int64_t M,
