@@ -18,7 +18,8 @@
  * AVX2 and AVX-512 paths agree bit for bit).
  *
  * Threads split the panel pairs (and the rows when the pairs are too few). Large products
- * (many rows) go to OpenBLAS on widened panels instead, where its blocking wins
+ * (many rows) go to OpenBLAS on W widened back to row-major once per call instead (a
+ * twentieth of the product's time at 499 rows), where its blocking wins
  * (vx_f32p_native_rows; `voxpipe bench gemm`: MioTTS's 58-row prefill products run 1.3-1.4x
  * OpenBLAS's speed here, WavLM's 499-row ones are left to OpenBLAS). */
 #include <string.h>
@@ -69,6 +70,7 @@ typedef struct {
 	int64_t pairs;       /* panel pairs of W */
 	int64_t pparts;      /* pair ranges: range i is [pairs*i/pparts, pairs*(i+1)/pparts) */
 	int64_t mparts;      /* row parts per pair range, likewise */
+	float *wide;         /* OpenBLAS path: W row-major [N, K] */
 	vx_ctx *ctx;
 } f32p_job;
 
@@ -262,25 +264,27 @@ static void native_task(void *p, int64_t i) {
 		run_block(j, m0, m1, g0, g1);
 }
 
-/* OpenBLAS path: a task widens its W rows back to row-major in its scratch, then sgemm. */
+/* OpenBLAS path (many rows): W is widened back to row-major once (tasks over panel pairs),
+ * then each task runs sgemm on its rows against all of it. */
+static void unpack_task(void *p, int64_t g) {
+	const f32p_job *j = p;
+	int64_t n0 = g * PAIR, n1 = n0 + PAIR < j->N ? n0 + PAIR : j->N;
+	vx_unpack_f32p(j->w, j->K, n0, n1 - n0, j->wide + n0 * j->K);
+}
+
 static void blas_task(void *p, int64_t i) {
 	const f32p_job *j = p;
-	int64_t g0, g1, m0, m1;
-	task_range(j, i, &g0, &g1, &m0, &m1);
-	int64_t n0 = g0 * PAIR, n1 = g1 * PAIR < j->N ? g1 * PAIR : j->N;
-	if (n1 <= n0 || m1 <= m0)
+	int64_t m0 = j->M * i / j->mparts, m1 = j->M * (i + 1) / j->mparts;
+	if (m1 <= m0)
 		return;
-	float *panel = vx_scratch(j->ctx, vx_thread_id(), (n1 - n0) * j->K * 4); /* grown before */
-	vx_unpack_f32p(j->w, j->K, n0, n1 - n0, panel);
-	float *y = j->y + m0 * j->N + n0;
 	float beta = 0.0f;
 	if (j->bias) {
 		for (int64_t m = m0; m < m1; m++)
-			memcpy(j->y + m * j->N + n0, j->bias + n0, (size_t)(n1 - n0) * sizeof(float));
+			memcpy(j->y + m * j->N, j->bias, (size_t)j->N * sizeof(float));
 		beta = 1.0f;
 	}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(m1 - m0), (int)(n1 - n0), (int)j->K, 1.0f,
-	            j->x + m0 * j->K, (int)j->K, panel, (int)j->K, beta, y, (int)j->N);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(m1 - m0), (int)j->N, (int)j->K, 1.0f,
+	            j->x + m0 * j->K, (int)j->K, j->wide, (int)j->K, beta, j->y + m0 * j->N, (int)j->N);
 }
 
 static int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -303,36 +307,36 @@ int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bia
 	j.pairs = vx_f32p_rows(N) / PAIR;
 	double work = (double)M * (double)N * (double)K;
 	int native = M <= vx_f32p_native_rows;
-	/* At most 4 tasks per thread (so vx_parallel_for hands them out one by one), the pairs
-	 * dealt evenly; the rows are split too when the pairs are fewer than 2 per thread. The
-	 * OpenBLAS path also keeps a task's widened W near 1 MiB. Tiny products stay on the
-	 * calling thread. */
 	int64_t most = work < 65536.0 || nt == 1 ? 1 : 4 * (int64_t)nt;
-	j.pparts = j.pairs < most ? j.pairs : most;
 	if (!native) {
-		int64_t per = (1 << 18) / (K * PAIR); /* pairs in ~1 MiB of f32 */
-		per = per < 1 ? 1 : per;
-		if (cdiv64(j.pairs, j.pparts) > per)
-			j.pparts = cdiv64(j.pairs, per);
+		/* The caller's scratch slot: no task asks for scratch on this path, and Conv2D's im2col
+		 * rows are in the shared one. */
+		j.wide = vx_scratch(ctx, 0, N * K * (int64_t)sizeof(float));
+		if (!j.wide)
+			return VX_ERR_NOMEM;
+		vx_parallel_for(ctx, j.pairs, unpack_task, &j);
+		/* one part per thread: each sgemm packs all of W, so fewer, taller calls win */
+		int64_t mp = M / 16;
+		j.mparts = mp < 1 ? 1 : mp < nt ? mp : nt;
+		vx_parallel_for(ctx, j.mparts, blas_task, &j);
+		return VX_OK;
 	}
+	/* At most 4 tasks per thread (so vx_parallel_for hands them out one by one), the pairs
+	 * dealt evenly; the rows are split too when the pairs are fewer than 2 per thread. Tiny
+	 * products stay on the calling thread. */
+	j.pparts = j.pairs < most ? j.pairs : most;
 	j.mparts = 1;
 	if (most > 1 && j.pparts < 2 * (int64_t)nt) {
-		int64_t mp = M / (native ? 8 : 16); /* a part keeps whole tiles */
+		int64_t mp = M / 8; /* a part keeps whole tiles */
 		int64_t want = cdiv64(2 * (int64_t)nt, j.pparts);
 		j.mparts = mp < 1 ? 1 : mp < want ? mp : want;
 	}
 	int64_t tasks = j.pparts * j.mparts;
-	if (!native) {
-		for (int i = 0; i < nt; i++)
-			if (!vx_scratch(ctx, i, cdiv64(j.pairs, j.pparts) * PAIR * K * 4))
-				return VX_ERR_NOMEM;
-	}
-	vx_task_fn fn = native ? native_task : blas_task;
 	if (tasks == 1 || nt == 1) {
 		for (int64_t i = 0; i < tasks; i++)
-			fn(&j, i);
+			native_task(&j, i);
 	} else {
-		vx_parallel_for(ctx, tasks, fn, &j);
+		vx_parallel_for(ctx, tasks, native_task, &j);
 	}
 	return VX_OK;
 }

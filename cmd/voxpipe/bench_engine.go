@@ -327,10 +327,13 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 	peak := fs.Int("peak", 2048, "size of the square product measured as the machine's peak, the best of the rounds (0: skip)")
 	inCache := fs.Bool("weights-in-cache", false, "every product of a shape reads the same weight (which then stays in cache) instead of as many distinct weights as the model has of that shape, read in turn as its layers are")
 	asJSON := fs.Bool("json", false, "print one JSON object per shape, per model part and for the peak")
-	if _, err := parseInterleaved(fs, args); err != nil {
+	// Plain parsing: --model names a model's shapes here, not a file (or a pulled model) to load.
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case *threads < 1:
 		return errors.New("--threads must be ≥ 1")
 	case *perCall < 1 || *perCall > 256:

@@ -157,3 +157,16 @@ func TestBenchGemm(t *testing.T) {
 		t.Errorf("unknown model: exit %d %s", code, stderr)
 	}
 }
+
+// bench gemm's --model picks a model's shapes by name: meanvc2 (also a catalog name) is not
+// looked up in the model cache, and bad values still fail with their own message.
+func TestBenchGemmModelIsAFilter(t *testing.T) {
+	var stdout, stderr strings.Builder
+	err := runBenchGemm([]string{"--model", "meanvc2", "--threads", "0"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--threads must be") {
+		t.Errorf("got %v, want the --threads error (not a model-cache lookup)", err)
+	}
+	if err := runBenchGemm([]string{"--peak", "0", "extra"}, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "unexpected argument") {
+		t.Errorf("a positional argument: %v", err)
+	}
+}
