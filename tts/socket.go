@@ -347,6 +347,7 @@ pieces:
 			if busy := (*stream.BusyError)(nil); errors.As(err, &busy) {
 				retry = busy.RetryAfter
 			}
+			k.forget(c) // the slot is free before the client hears the context ended
 			k.sendError(c.id, code, msg, retry)
 			return
 		}
@@ -370,6 +371,7 @@ pieces:
 	}
 	met := c.metrics()
 	k.s.done(c.syn.Info().Name, time.Duration(met.TTFAMs*1e6), time.Duration(met.AudioMs*1e6), time.Duration(met.RTF*met.AudioMs*1e6))
+	k.forget(c) // the slot is free before the client hears the context ended
 	k.send(ServerMessage{Type: "done", ContextID: c.id, Metrics: met}, nil)
 }
 
