@@ -73,7 +73,8 @@ func RepackQ8_0R8(dst []byte, src []byte, n, k int64) error {
 const F32PRows = C.VX_F32P_ROWS
 
 // RepackF32P writes an [n, k] row-major F32 weight (src, little-endian bytes) in the F32P
-// layout to dst, which must hold WeightBytes(F32P, n, k) bytes and be 64-byte aligned.
+// layout to dst, which must hold WeightBytes(F32P, n, k) bytes (the kernel reads it from a
+// 64-byte aligned buffer).
 func RepackF32P(dst []byte, src []byte, n, k int64) error {
 	if n <= 0 || k <= 0 || int64(len(src)) != 4*n*k || int64(len(dst)) != WeightBytes(F32P, n, k) {
 		return fmt.Errorf("cgo: repack F32 [%d, %d] into panels: %d bytes in, %d out", n, k, len(src), len(dst))
@@ -93,7 +94,7 @@ func UnpackF32P(w []byte, k, r0, nr int64) []float32 {
 }
 
 // SetF32PNativeRows sets the row count up to which F32P products run the native kernel
-// (larger ones widen W panels for OpenBLAS) and returns the previous value; for benchmarks
+// (larger ones widen W back to row-major for OpenBLAS) and returns the previous value; for benchmarks
 // and tests that compare the two.
 func SetF32PNativeRows(rows int64) int64 {
 	old := int64(C.vx_f32p_native_rows)

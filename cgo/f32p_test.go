@@ -202,55 +202,47 @@ func BenchmarkLinearF32P(b *testing.B) {
 }
 
 func benchF32P(b *testing.B, m, k, n, copies int) {
-	s := struct{ m, k, n int }{m, k, n}
-	w := make([]float32, s.n*s.k)
+	w := make([]float32, n*k)
 	for i := range w {
 		w[i] = float32(i%7-3) * 0.01
 	}
-	var wbs []*Buffer
-	for range copies {
-		wbs = append(wbs, f32pWeight(b, w, s.n, s.k))
+	x := make([]float32, m*k)
+	for i := range x {
+		x[i] = float32(i%5-2) * 0.1
 	}
-	{
-		x := make([]float32, s.m*s.k)
-		for i := range x {
-			x[i] = float32(i%5-2) * 0.1
-		}
-		xb, yb := cFloats(b, x), cFloats(b, make([]float32, s.m*s.n))
-		ys, xs, ws := []int64{int64(s.m), int64(s.n)}, []int64{int64(s.m), int64(s.k)}, []int64{int64(s.n), int64(s.k)}
-		tensors := []Tensor{
-			{Data: yb.Ptr(), DType: F32, Shape: ys, Stride: Contiguous(ys)},
-			{Data: xb.Ptr(), DType: F32, Shape: xs, Stride: Contiguous(xs)},
-		}
-		var nodes []Node
-		for _, wb := range wbs {
-			tensors = append(tensors, Tensor{Data: wb.Ptr(), DType: F32P, Shape: ws, Stride: Contiguous(ws)})
-			nodes = append(nodes, Node{Op: OpLinearQ, Src: []int{1, len(tensors) - 1}, Dst: 0})
-		}
-		p, err := NewPlan(nodes, tensors)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, th := range []int{1, 2} {
-			b.Run(fmt.Sprintf("%dx%dx%d/%dweights/%dthr", s.m, s.k, s.n, copies, th), func(b *testing.B) {
-				ctx, err := NewContext(th)
-				if err != nil {
+	xb, yb := cFloats(b, x), cFloats(b, make([]float32, m*n))
+	defer xb.Free()
+	defer yb.Free()
+	ys, xs, ws := []int64{int64(m), int64(n)}, []int64{int64(m), int64(k)}, []int64{int64(n), int64(k)}
+	tensors := []Tensor{
+		{Data: yb.Ptr(), DType: F32, Shape: ys, Stride: Contiguous(ys)},
+		{Data: xb.Ptr(), DType: F32, Shape: xs, Stride: Contiguous(xs)},
+	}
+	var nodes []Node
+	for range copies {
+		wb := f32pWeight(b, w, n, k)
+		defer wb.Free()
+		tensors = append(tensors, Tensor{Data: wb.Ptr(), DType: F32P, Shape: ws, Stride: Contiguous(ws)})
+		nodes = append(nodes, Node{Op: OpLinearQ, Src: []int{1, len(tensors) - 1}, Dst: 0})
+	}
+	p, err := NewPlan(nodes, tensors)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Free()
+	for _, th := range []int{1, 2} {
+		b.Run(fmt.Sprintf("%dx%dx%d/%dweights/%dthr", m, k, n, copies, th), func(b *testing.B) {
+			ctx, err := NewContext(th)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ctx.Close()
+			for b.Loop() {
+				if err := ctx.Execute(p); err != nil {
 					b.Fatal(err)
 				}
-				defer ctx.Close()
-				for b.Loop() {
-					if err := ctx.Execute(p); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(2*float64(s.m*s.k*s.n*copies)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			})
-		}
-		p.Free()
-		xb.Free()
-		yb.Free()
-		for _, wb := range wbs {
-			wb.Free()
-		}
+			}
+			b.ReportMetric(2*float64(m*k*n*copies)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
 }

@@ -178,7 +178,7 @@ func storageSize(dtype DType, shape []int64) int64 {
 		return 4
 	}
 	if dtype == Q8_0R8 || dtype == F32P {
-		if len(shape) != 2 && (dtype != F32P || len(shape) < 2) {
+		if len(shape) < 2 || dtype == Q8_0R8 && len(shape) != 2 {
 			return -1
 		}
 		// F32P: rows are the first axis, each the rest flattened (a convolution's kernel).

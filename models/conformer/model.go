@@ -184,13 +184,10 @@ func Load(src weights.Source, cfg Config, backend engine.Backend) (*Model, error
 	m := &Model{Config: cfg, backend: backend, w: w, qkv: make([]*nn.Linear, len(w.Layers))}
 	for i := range w.Layers {
 		a := &w.Layers[i].Attn
-		f, ok, err := nn.FuseLinears(backend, fmt.Sprintf("encoder.encoders.%d.self_attn.qkv", i), &a.Q, &a.K, &a.V)
-		if err != nil {
+		var err error
+		if m.qkv[i], err = nn.FuseLinears(backend, fmt.Sprintf("encoder.encoders.%d.self_attn.qkv", i), &a.Q, &a.K, &a.V); err != nil {
 			m.Close()
 			return nil, fmt.Errorf("conformer: %w", err)
-		}
-		if ok {
-			m.qkv[i] = f
 		}
 	}
 	d := cfg.OutputSize

@@ -3,6 +3,7 @@ package meanvc2
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/voxpipe/voxpipe/engine"
@@ -170,14 +171,14 @@ type DiT struct {
 	ropeDims int64
 	ropeBase float32
 
-	mu       sync.Mutex // serialises the GTM and time programs (any stream may call them)
+	mu       sync.Mutex // serialises the GTM program (Timbre may be called from any stream)
 	gtmCache *engine.Cache
-	times    map[[2]float64]*timeCond
+	times    []timeCond // per (t, r) of Config.Timesteps, computed at load
 }
 
 // timeCond is what one (t, r) of the schedule gives every DiT call: the two time embeddings
 // (for traces), every layer's AdaLN modulation and the output modulation. They depend on
-// (t, r) alone, so they are computed once per model, not in every call of every stream (the
+// (t, r) alone, so they are computed once, at load, not in every call of every stream (the
 // modulation weights are 4 × 6 MB at real size: reading them per call cost ~0.4 ms).
 type timeCond struct {
 	tEmb, rEmb []float32 // [dim] each
@@ -185,34 +186,28 @@ type timeCond struct {
 	fin        []float32 // [2·dim]: scale, then shift
 }
 
-// timeCondFor returns the conditioning of (t, r), running the time program the first time.
-func (d *DiT) timeCondFor(t, r float64) (*timeCond, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	key := [2]float64{t, r}
-	if tc := d.times[key]; tc != nil {
-		return tc, nil
+// timeConds runs the time program for every (t, r) of the schedule (Config.Timesteps).
+func (d *DiT) timeConds() ([]timeCond, error) {
+	g := d.buildTime()
+	if err := g.Err(); err != nil {
+		return nil, err
 	}
-	prog, err := d.gtmCache.Get("time", func() (*engine.Graph, error) {
-		g := d.buildTime()
-		return g, g.Err()
-	})
+	prog, err := d.backend.Compile(g)
 	if err != nil {
-		return nil, fmt.Errorf("meanvc2: time conditioning: %w", err)
+		return nil, err
 	}
-	c := d.Config
-	timeFreq(prog.Input("t_freq"), t, c.TimeScale)
-	timeFreq(prog.Input("r_freq"), r, c.TimeScale)
-	if err := prog.Run(); err != nil {
-		return nil, fmt.Errorf("meanvc2: time conditioning: %w", err)
+	defer prog.Close()
+	var out []timeCond
+	for _, ts := range d.Config.Timesteps {
+		timeFreq(prog.Input("t_freq"), ts[0], d.Config.TimeScale)
+		timeFreq(prog.Input("r_freq"), ts[1], d.Config.TimeScale)
+		if err := prog.Run(); err != nil {
+			return nil, err
+		}
+		cp := func(name string) []float32 { return slices.Clone(prog.Output(name)) }
+		out = append(out, timeCond{tEmb: cp("t_time_embed"), rEmb: cp("r_time_embed"), mod: cp("mod"), fin: cp("fin")})
 	}
-	cp := func(name string) []float32 { return append([]float32(nil), prog.Output(name)...) }
-	tc := &timeCond{tEmb: cp("t_time_embed"), rEmb: cp("r_time_embed"), mod: cp("mod"), fin: cp("fin")}
-	if d.times == nil {
-		d.times = map[[2]float64]*timeCond{}
-	}
-	d.times[key] = tc
-	return tc, nil
+	return out, nil
 }
 
 // buildTime: the time embeddings of t and r (sinusoids t_freq, r_freq [1, freq] → MLP), and
@@ -263,15 +258,12 @@ func LoadDiT(src weights.Source, cfg Config, backend engine.Backend) (*DiT, erro
 	}
 	d := &DiT{Config: cfg, backend: backend, w: w, ropeDims: int64(cfg.DimHead), ropeBase: float32(cfg.RopeBase)}
 	d.qkv = make([]*nn.Linear, len(w.Blocks))
+	var err error
 	for l := range w.Blocks {
 		b := &w.Blocks[l]
-		f, ok, err := nn.FuseLinears(backend, fmt.Sprintf("vc.transformer_blocks.%d.attn.qkv", l), &b.Q, &b.K, &b.V)
-		if err != nil {
+		if d.qkv[l], err = nn.FuseLinears(backend, fmt.Sprintf("vc.transformer_blocks.%d.attn.qkv", l), &b.Q, &b.K, &b.V); err != nil {
 			d.Close()
 			return nil, fmt.Errorf("meanvc2: load: %w", err)
-		}
-		if ok {
-			d.qkv[l] = f
 		}
 	}
 	if w.InvFreq.Present() {
@@ -283,6 +275,10 @@ func LoadDiT(src weights.Source, cfg Config, backend engine.Backend) (*DiT, erro
 		d.ropeBase, d.ropeDims = base, dims
 	}
 	d.gtmCache = engine.NewCache(backend, 1)
+	if d.times, err = d.timeConds(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("meanvc2: load: time conditioning: %w", err)
+	}
 	return d, nil
 }
 
@@ -332,7 +328,7 @@ type stepOpts struct{ commit, trace bool }
 
 // buildStep is one DiT call over the Window() frames of a step. Inputs: x [W, mel], cond
 // [W, bn], spk [1, spk], gtm_k/gtm_v [slots, hidden], mod [depth, 6·dim] and fin [1, 2·dim]
-// (the call's time conditioning, timeCondFor), qpos [W] and per layer kpos{l} [cap+W] (absolute frame positions) and mask{l}
+// (the call's time conditioning, timeConds), qpos [W] and per layer kpos{l} [cap+W] (absolute frame positions) and mask{l}
 // [W, cap+W]. Layer l's caches are [H, cap, Dh] with the valid rows at the end (older rows
 // are masked), keys after RMSNorm and before RoPE; a commit shifts in the chunk's rows.
 func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {

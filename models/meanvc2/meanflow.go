@@ -248,10 +248,7 @@ func (s *State) Denoise(x0, cond []float32, timbre Timbre) ([]float32, error) {
 	s.xw = append(s.xw[:0], x0...)
 	x := s.xw
 	for i, ts := range c.Timesteps {
-		tc, err := s.d.timeCondFor(ts[0], ts[1])
-		if err != nil {
-			return nil, fmt.Errorf("meanvc2: step: %w", err)
-		}
+		tc := &s.d.times[i]
 		o := stepOpts{commit: i == n-1, trace: s.trace}
 		prog, err := s.cache.Get(fmt.Sprintf("commit=%v,trace=%v", o.commit, o.trace), func() (*engine.Graph, error) {
 			g := s.d.buildStep(s.kc, s.vc, o)

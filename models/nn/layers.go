@@ -185,16 +185,16 @@ func shapeOr(shape ...int) []int {
 // side by side (weights stacked by rows, biases concatenated): one product with more columns
 // instead of several small ones (a transformer's q, k and v). Each output column is the same
 // computation as in its own layer, so slices of the fused output equal the separate outputs
-// (bit for bit on the small-matrix kernel). ok is false, and nothing is allocated, when the
+// (bit for bit on the small-matrix kernel). It returns nil, and allocates nothing, when the
 // weights cannot be stacked: different types or widths, some with a bias and some without,
 // or a row count that breaks the packed layout's row groups.
-func FuseLinears(a engine.Allocator, name string, ls ...*Linear) (f *Linear, ok bool, err error) {
+func FuseLinears(a engine.Allocator, name string, ls ...*Linear) (*Linear, error) {
 	if len(ls) < 2 {
-		return nil, false, nil
+		return nil, nil
 	}
 	w0 := ls[0].Weight.Buf
 	if w0 == nil || len(w0.Shape()) != 2 {
-		return nil, false, nil
+		return nil, nil
 	}
 	dt, k := w0.DType(), w0.Shape()[1]
 	group := map[engine.DType]int64{engine.F32P: 2 * cgo.F32PRows, engine.Q8_0R8: 8}[dt]
@@ -203,13 +203,13 @@ func FuseLinears(a engine.Allocator, name string, ls ...*Linear) (f *Linear, ok 
 		w := l.Weight.Buf
 		if w == nil || w.DType() != dt || len(w.Shape()) != 2 || w.Shape()[1] != k || w.Raw() == nil ||
 			l.Bias.Present() != withBias || group > 0 && w.Shape()[0]%group != 0 {
-			return nil, false, nil
+			return nil, nil
 		}
 		rows += w.Shape()[0]
 	}
 	wb, err := a.Alloc(name+".weight", dt, rows, k)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	fused := &Linear{Weight: Matrix{Tensor{Shape: []int{int(rows), int(k)}, Buf: wb, enc: linearEnc}}}
 	var off int64
@@ -217,7 +217,7 @@ func FuseLinears(a engine.Allocator, name string, ls ...*Linear) (f *Linear, ok 
 		raw := l.Weight.Buf.Raw()
 		if err := wb.Write(off, raw); err != nil {
 			wb.Free()
-			return nil, false, err
+			return nil, err
 		}
 		off += int64(len(raw))
 	}
@@ -229,11 +229,11 @@ func FuseLinears(a engine.Allocator, name string, ls ...*Linear) (f *Linear, ok 
 		bb, err := engine.Upload(a, name+".bias", bias, rows)
 		if err != nil {
 			wb.Free()
-			return nil, false, err
+			return nil, err
 		}
 		fused.Bias = Tensor{Shape: []int{int(rows)}, Buf: bb}
 	}
-	return fused, true, nil
+	return fused, nil
 }
 
 // ForwardFused is x through each of ls: one product over fused (made from ls by

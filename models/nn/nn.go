@@ -75,7 +75,7 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 	if b == nil && err == nil {
 		var data []float32
 		if data, _, err = src.Get(name); err == nil {
-			if t.enc == linearEnc && len(s) == 2 || t.packedKernel(s) {
+			if t.packsF32(s) {
 				b, err = engine.UploadRaw(a, name, engine.F32P, f32Bytes(data), s...)
 			} else {
 				b, err = engine.Upload(a, name, data, s...)
@@ -93,7 +93,7 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 // keep reports the engine dtype a file tensor of dtype dt is uploaded as without conversion.
 func (t *Tensor) keep(dt gguf.DType, shape []int64) (engine.DType, bool) {
 	switch {
-	case dt == gguf.F32 && (t.enc == linearEnc && len(shape) == 2 || t.packedKernel(shape)):
+	case dt == gguf.F32 && t.packsF32(shape):
 		return engine.F32P, true
 	case dt == gguf.F32:
 		return engine.F32, true
@@ -132,9 +132,10 @@ func (m *Matrix) Load(src weights.Source, name string, shape []int, a engine.All
 // row has 64 values or more (the first conv of a spectrogram, 1·3·3, runs faster unpacked).
 type Kernel struct{ Tensor }
 
-// packedKernel reports whether t is a Kernel of the shape it packs.
-func (t *Tensor) packedKernel(shape []int64) bool {
-	return t.enc == kernelEnc && len(shape) == 4 && shape[1]*shape[2]*shape[3] >= 64
+// packsF32 reports whether t keeps F32 values of this (storage) shape packed (F32P): a Linear
+// weight [out, in], or a Kernel whose rows have 64 values or more.
+func (t *Tensor) packsF32(shape []int64) bool {
+	return t.enc == linearEnc && len(shape) == 2 || t.enc == kernelEnc && len(shape) == 4 && shape[1]*shape[2]*shape[3] >= 64
 }
 
 // Load implements weights.Leaf.
