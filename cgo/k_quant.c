@@ -1069,18 +1069,12 @@ static QAVX2_FN int64_t encode_elem_avx2(int from, int to, const uint8_t *s, uin
 #endif
 
 int64_t vx_encode_bytes(int to, int64_t n) {
-	if (n < 0)
+	if (n < 0 || (to != VX_F32 && to != VX_F16 && to != VX_BF16 && to != VX_Q8_0))
 		return -1;
-	switch (to) {
-	case VX_F32:
-		return 4 * n;
-	case VX_F16:
-	case VX_BF16:
-		return 2 * n;
-	case VX_Q8_0:
-		return n % QK ? -1 : n / QK * QB;
-	}
-	return -1;
+	if (n == 0)
+		return 0;
+	int64_t b = to == VX_F32 ? 4 * n : vx_qrow_bytes(to, n); /* a row of n values */
+	return b > 0 ? b : -1;
 }
 
 int64_t vx_encode(int from, int to, const void *src, void *dst, int64_t n) {

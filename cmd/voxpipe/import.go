@@ -375,8 +375,21 @@ type importChunk struct {
 
 // importSameType reports whether tensor t stores its source's bytes as they are.
 func importSameType(t ggufpack.Tensor, s importSource) bool {
-	return !s.transpose && (s.t.DType == ckpt.F32 && t.Type == gguf.F32 || s.t.DType == ckpt.F16 && t.Type == gguf.F16 ||
-		s.t.DType == ckpt.BF16 && t.Type == gguf.BF16)
+	g, ok := importFileType(s.t.DType)
+	return !s.transpose && ok && g == t.Type
+}
+
+// importFileType is the GGUF type of a checkpoint's float type (F32, F16, BF16).
+func importFileType(d ckpt.DType) (gguf.DType, bool) {
+	switch d {
+	case ckpt.F32:
+		return gguf.F32, true
+	case ckpt.F16:
+		return gguf.F16, true
+	case ckpt.BF16:
+		return gguf.BF16, true
+	}
+	return 0, false
 }
 
 func startImportFeed(table []ggufpack.Tensor, srcs []importSource) *importFeed {
@@ -413,11 +426,7 @@ func (f *importFeed) read() {
 		if s.transpose {
 			continue
 		}
-		if !s.t.DType.IsFloat() {
-			send(importChunk{i: i, err: fmt.Errorf("%s (%s): dtype %s cannot be read as floats (F32, F16 and BF16 can)", s.t.Name, s.t.Where, s.t.DType)})
-			return
-		}
-		if s.t.Bytes() == 0 {
+		if s.t.Bytes() == 0 { // (the plan let only F32, F16 and BF16 sources through)
 			continue
 		}
 		rc, err := s.t.Open()
@@ -445,10 +454,7 @@ func (f *importFeed) read() {
 				buf = make([]byte, chunk)
 			}
 			buf = buf[:n]
-			if _, err := io.ReadFull(rc, buf); err != nil {
-				if err == io.EOF || err == io.ErrUnexpectedEOF {
-					err = fmt.Errorf("%s (%s): data ends early (truncated file?)", s.t.Name, s.t.Where)
-				}
+			if _, err := io.ReadFull(rc, buf); err != nil { // a short source names itself (ckpt)
 				rc.Close()
 				send(importChunk{i: i, err: err})
 				return
@@ -475,7 +481,7 @@ func (f *importFeed) copy(w *ggufpack.Writer, i int) error {
 		}
 		return w.WriteFloat32(importSwapLast2(vals, s.t.Shape))
 	}
-	from := map[ckpt.DType]gguf.DType{ckpt.F32: gguf.F32, ckpt.F16: gguf.F16, ckpt.BF16: gguf.BF16}[s.t.DType]
+	from, _ := importFileType(s.t.DType)
 	same := importSameType(t, s)
 	for left := s.t.Bytes(); left > 0; {
 		c, ok := <-f.chunks

@@ -172,22 +172,13 @@ func (w *Writer) WriteRaw(b []byte) error {
 // WriteFloat32 appends values of the current tensor (whole rows for block types), encoded
 // to its stored type.
 func (w *Writer) WriteFloat32(vals []float32) error {
-	if err := w.enc.Err(); err != nil {
+	t, err := w.target()
+	if err != nil {
 		return err
 	}
-	if w.cur >= len(w.table) {
-		return errors.New("ggufpack: more data than the table holds")
+	if _, err := w.fits(t, len(vals)); err != nil {
+		return err
 	}
-	t := w.table[w.cur]
-	bs := uint64(t.Type.BlockSize())
-	bb := uint64(t.Type.BlockBytes())
-	if uint64(len(vals))%uint64(max(rowLen(t), 1)) != 0 && bs > 1 {
-		return fmt.Errorf("ggufpack: tensor %q: %d values is not whole rows of %d", t.Name, len(vals), rowLen(t))
-	}
-	if need := uint64(len(vals)) / bs * bb; need > w.sizes[w.cur]-w.done {
-		return fmt.Errorf("ggufpack: tensor %q: %d values more than it holds", t.Name, len(vals))
-	}
-	var err error
 	w.buf, err = encodeParallel(w.buf[:0], vals, t.Type, rowLen(t))
 	if err != nil {
 		return fmt.Errorf("ggufpack: tensor %q: %w", t.Name, err)
@@ -201,13 +192,10 @@ func (w *Writer) WriteFloat32(vals []float32) error {
 // the engine's C encoder straight from src on every CPU (Q4_K is decoded there and
 // quantised in Go).
 func (w *Writer) WriteLE(src []byte, from gguf.DType) error {
-	if err := w.enc.Err(); err != nil {
+	t, err := w.target()
+	if err != nil {
 		return err
 	}
-	if w.cur >= len(w.table) {
-		return errors.New("ggufpack: more data than the table holds")
-	}
-	t := w.table[w.cur]
 	cf, ok := encodeType(from)
 	if !ok || from == gguf.Q8_0 {
 		return fmt.Errorf("ggufpack: tensor %q: source type %v (F32, F16 or BF16)", t.Name, from)
@@ -228,13 +216,9 @@ func (w *Writer) WriteLE(src []byte, from gguf.DType) error {
 		}
 		return w.WriteFloat32(vals)
 	}
-	bs, bb := uint64(t.Type.BlockSize()), uint64(t.Type.BlockBytes())
-	if uint64(n)%uint64(max(rowLen(t), 1)) != 0 && bs > 1 {
-		return fmt.Errorf("ggufpack: tensor %q: %d values is not whole rows of %d", t.Name, n, rowLen(t))
-	}
-	need := uint64(n) / bs * bb
-	if need > w.sizes[w.cur]-w.done {
-		return fmt.Errorf("ggufpack: tensor %q: %d values more than it holds", t.Name, n)
+	need, err := w.fits(t, n)
+	if err != nil {
+		return err
 	}
 	if uint64(cap(w.buf)) < need {
 		w.buf = make([]byte, need)
@@ -243,6 +227,31 @@ func (w *Writer) WriteLE(src []byte, from gguf.DType) error {
 		return fmt.Errorf("ggufpack: tensor %q: %w", t.Name, err)
 	}
 	return w.WriteRaw(w.buf[:need])
+}
+
+// target is the tensor being written (an error once the encoder failed or the table is full).
+func (w *Writer) target() (Tensor, error) {
+	if err := w.enc.Err(); err != nil {
+		return Tensor{}, err
+	}
+	if w.cur >= len(w.table) {
+		return Tensor{}, errors.New("ggufpack: more data than the table holds")
+	}
+	return w.table[w.cur], nil
+}
+
+// fits checks that n values are whole rows (for block types) and fit what the current tensor
+// t has left, and returns their encoded bytes.
+func (w *Writer) fits(t Tensor, n int) (uint64, error) {
+	bs, bb := uint64(t.Type.BlockSize()), uint64(t.Type.BlockBytes())
+	if uint64(n)%uint64(max(rowLen(t), 1)) != 0 && bs > 1 {
+		return 0, fmt.Errorf("ggufpack: tensor %q: %d values is not whole rows of %d", t.Name, n, rowLen(t))
+	}
+	need := uint64(n) / bs * bb
+	if need > w.sizes[w.cur]-w.done {
+		return 0, fmt.Errorf("ggufpack: tensor %q: %d values more than it holds", t.Name, n)
+	}
+	return need, nil
 }
 
 // encodeType is the C encoder's name for a file type it converts (F32, F16, BF16, Q8_0).
