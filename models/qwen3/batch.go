@@ -1,8 +1,10 @@
 package qwen3
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -54,31 +56,40 @@ func (m *Model) StepBatch(sessions []*Session, ids []int32) ([][]float32, error)
 		l, err := sessions[0].Step(ids[0])
 		return [][]float32{l}, err
 	}
+	// The program is the same for the same sessions in any order: run them sorted by id.
+	ord := make([]int, n)
+	for i := range ord {
+		ord[i] = i
+	}
+	slices.SortFunc(ord, func(a, b int) int { return cmp.Compare(sessions[a].id, sessions[b].id) })
+	sorted := make([]*Session, n)
+	for j, i := range ord {
+		sorted[j] = sessions[i]
+	}
 	vocab := int32(m.Config.Vocab)
 	ls := make([]int, n)
 	var key strings.Builder
 	key.WriteString("batch")
-	seen := make(map[*Session]bool, n)
-	for i, s := range sessions {
+	for j, s := range sorted {
+		id := ids[ord[j]]
 		switch {
 		case s.m != m:
 			return nil, errors.New("qwen3: session of another model")
 		case s.cache == nil:
 			return nil, errors.New("qwen3: session is closed")
-		case seen[s]:
+		case j > 0 && sorted[j-1] == s:
 			return nil, errors.New("qwen3: a session twice in one batch")
-		case s.head != sessions[0].head:
+		case s.head != sorted[0].head:
 			return nil, errors.New("qwen3: sessions with different output rows in one batch")
 		case s.trace:
 			return nil, errors.New("qwen3: traced sessions step alone")
 		case s.pos+1 > s.maxT:
 			return nil, fmt.Errorf("qwen3: a token at position %d overflows the %d-position cache", s.pos, s.maxT)
-		case ids[i] < 0 || ids[i] >= vocab:
-			return nil, fmt.Errorf("qwen3: token id %d outside the vocabulary of %d", ids[i], vocab)
+		case id < 0 || id >= vocab:
+			return nil, fmt.Errorf("qwen3: token id %d outside the vocabulary of %d", id, vocab)
 		}
-		seen[s] = true
-		ls[i] = min(s.maxT, (s.pos+1+bucket-1)/bucket*bucket)
-		fmt.Fprintf(&key, "/%d:%d", s.id, ls[i])
+		ls[j] = min(s.maxT, (s.pos+1+bucket-1)/bucket*bucket)
+		fmt.Fprintf(&key, "/%d:%d", s.id, ls[j])
 	}
 
 	m.batchMu.Lock()
@@ -87,17 +98,17 @@ func (m *Model) StepBatch(sessions []*Session, ids []int32) ([][]float32, error)
 		m.batch = engine.NewCache(m.backend, maxBatchPrograms)
 	}
 	prog, err := m.batch.Get(key.String(), func() (*engine.Graph, error) {
-		g := m.buildBatch(sessions, ls)
+		g := m.buildBatch(sorted, ls)
 		return g, g.Err()
 	})
 	if err != nil {
 		return nil, err
 	}
-	copy(prog.InputInt32("ids"), ids)
-	pos := prog.InputInt32("pos")
-	for i, s := range sessions {
-		pos[i] = int32(s.pos)
-		causalRow(prog.Input(maskInputs[i]), s.pos) // [1, L]: the cache up to the new token
+	in, pos := prog.InputInt32("ids"), prog.InputInt32("pos")
+	for j, s := range sorted {
+		in[j] = ids[ord[j]]
+		pos[j] = int32(s.pos)
+		causalRow(prog.Input(maskInputs[j]), s.pos) // [1, L]: the cache up to the new token
 	}
 	if err := prog.Run(); err != nil {
 		return nil, err
@@ -105,10 +116,10 @@ func (m *Model) StepBatch(sessions []*Session, ids []int32) ([][]float32, error)
 	all := prog.Output("logits") // [n, rows]
 	r := len(all) / n
 	out := make([][]float32, n)
-	for i, s := range sessions {
+	for j, s := range sorted {
 		s.pos++
-		s.logits = append(s.logits[:0], all[i*r:(i+1)*r]...)
-		out[i] = s.logits
+		s.logits = append(s.logits[:0], all[j*r:(j+1)*r]...)
+		out[ord[j]] = s.logits
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,16 +89,20 @@ func TestStepBatchMatchesSteps(t *testing.T) {
 				case 10:
 					active = active[1:] // one alone: its own Step program
 				}
-				ss := make([]*Session, len(active))
-				ids := make([]int32, len(active))
-				for i, st := range active {
+				order := slices.Clone(active)
+				if step%2 == 1 {
+					slices.Reverse(order) // any order of the same sessions
+				}
+				ss := make([]*Session, len(order))
+				ids := make([]int32, len(order))
+				for i, st := range order {
 					ss[i], ids[i] = st.batched, greedy[st.next%len(greedy)]
 				}
 				got, err := m.StepBatch(ss, ids)
 				if err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}
-				for i, st := range active {
+				for i, st := range order {
 					want, err := st.ref.Step(ids[i])
 					if err != nil {
 						t.Fatal(err)
@@ -115,6 +120,44 @@ func TestStepBatchMatchesSteps(t *testing.T) {
 			}
 			t.Logf("%s: worst rel err of batched vs single steps %.3g (tolerance %.0e)", c.name, worst, c.maxRel)
 		})
+	}
+}
+
+// TestStepBatchOrderSharesAProgram: the same sessions in another order run the program
+// compiled for them, not a new one.
+func TestStepBatchOrderSharesAProgram(t *testing.T) {
+	gd, f, cfg := openGoldenSource(t)
+	prompt := gd.i32(t, "prompt.ids")
+	be, err := engine.NewCPU(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	m, err := FromSource(cfg, f, be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var ss []*Session
+	for range 3 {
+		s, err := m.NewSession(len(prompt) + 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.Prefill(prompt[:4]); err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	for _, order := range [][]int{{0, 1, 2}, {2, 0, 1}, {1, 2, 0}} {
+		batch := []*Session{ss[order[0]], ss[order[1]], ss[order[2]]}
+		if _, err := m.StepBatch(batch, []int32{1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := m.batch.Len(); n != 1 {
+		t.Errorf("%d batch programs for one set of sessions in three orders, want 1", n)
 	}
 }
 

@@ -382,6 +382,7 @@ func (s *Session) SetOutputRows(rows []int32) error {
 		return nil // same head: the compiled programs stay valid
 	}
 	s.cache.Close()
+	s.m.forgetBatch(s) // its batch programs multiply by the old head too
 	s.head = head
 	return nil
 }
