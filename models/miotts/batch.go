@@ -1,6 +1,9 @@
 package miotts
 
 import (
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -255,7 +258,11 @@ func (st *stepper) run(batch []*stepReq) {
 	for i, r := range batch {
 		ss[i], ids[i] = r.sess, r.id
 	}
-	out, err := st.model.StepBatch(ss, ids)
+	var out [][]float32
+	err := recovered("decode step", func() (err error) {
+		out, err = st.model.StepBatch(ss, ids)
+		return err
+	})
 	st.rounds.Add(1)
 	st.rows.Add(int64(len(batch)))
 	for i, r := range batch {
@@ -265,8 +272,26 @@ func (st *stepper) run(batch []*stepReq) {
 		case len(batch) == 1:
 			r.err = err
 		default:
-			r.logits, r.err = r.sess.Step(r.id)
+			r.err = recovered("decode step", func() (err error) {
+				r.logits, err = r.sess.Step(r.id)
+				return err
+			})
 		}
 		r.done <- struct{}{}
 	}
+}
+
+// recovered runs fn and turns a panic into an error, logged with its stack. The stepper and
+// codec goroutines run outside the request's own panic guard (stream.Guard, which models
+// cannot import), and a bad step must fail its requests, not the server or the streams
+// waiting on the stepper.
+func recovered(what string, fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			slog.Error("panic recovered: the request failed, the server goes on", "in", "miotts "+what,
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("miotts: %s failed (panic: %v)", what, r)
+		}
+	}()
+	return fn()
 }

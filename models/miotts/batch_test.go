@@ -213,3 +213,16 @@ func BenchmarkJoinStall(b *testing.B) {
 		})
 	}
 }
+
+// TestRecoveredTurnsAPanicIntoAnError: a panic in a decode step or the codec fails its
+// request with an error naming it, and the goroutine that ran it goes on.
+func TestRecoveredTurnsAPanicIntoAnError(t *testing.T) {
+	err := recovered("decode step", func() error { panic("index out of range") })
+	if err == nil || !strings.Contains(err.Error(), "decode step") || !strings.Contains(err.Error(), "index out of range") {
+		t.Errorf("got %v", err)
+	}
+	want := errors.New("plain")
+	if err := recovered("codec", func() error { return want }); err != want {
+		t.Errorf("an error passes through: got %v", err)
+	}
+}

@@ -235,13 +235,16 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 				continue // drain: the piece is over
 			}
 			one[0] = c
-			t0 := time.Now()
-			audio, err := cs.Push(one[:])
-			st.Codec += time.Since(t0)
-			st.CodecSamples += len(audio)
-			if err == nil {
-				err = out(audio, false)
-			}
+			err := recovered("codec", func() error {
+				t0 := time.Now()
+				audio, err := cs.Push(one[:])
+				st.Codec += time.Since(t0)
+				st.CodecSamples += len(audio)
+				if err == nil {
+					err = out(audio, false)
+				}
+				return err
+			})
 			if err != nil {
 				codecErr = err
 				failed.Store(true)
