@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -25,15 +26,15 @@ func (e *BusyError) Unwrap() error { return ErrBusy }
 
 // Admission bounds the concurrent streams of one model so that admitted streams keep real
 // time: beyond Slots, requests wait in line up to MaxWait and are then refused, rather than
-// all streams slowing down together.
+// all streams slowing down together. The line is first come, first served.
 type Admission struct {
 	slots   chan struct{}
 	maxWait time.Duration
 
 	mu       sync.Mutex
 	fits     func(active int) bool // SetFits; nil: a free slot is enough
-	queued   int
-	avgHold  time.Duration // moving average of how long a stream holds its slot
+	line     []*byte               // the waiting requests, first first
+	avgHold  time.Duration         // moving average of how long a stream holds its slot
 	rejected int64
 }
 
@@ -51,43 +52,39 @@ func (a *Admission) SetFits(fits func(active int) bool) {
 	a.mu.Unlock()
 }
 
-// fitsCheck is the SetFits function, or nil.
-func (a *Admission) fitsCheck() func(int) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.fits
-}
-
-// take takes a free slot if the capacity check lets it.
+// take takes a free slot if the capacity check lets it; a.mu is held.
 func (a *Admission) take() bool {
 	select {
 	case a.slots <- struct{}{}:
 	default:
 		return false
 	}
-	if fits := a.fitsCheck(); fits != nil && !fits(len(a.slots)-1) {
+	if a.fits != nil && !a.fits(len(a.slots)-1) {
 		<-a.slots
 		return false
 	}
 	return true
 }
 
-// capacityPoll is how often a request waiting on the capacity check (not on a slot) asks
-// again: capacity frees up as streams end or steps get cheaper, with no event to wait on.
+// capacityPoll is how often the first request in line asks the capacity check again:
+// capacity frees up as streams end or steps get cheaper, with no event to wait on.
 const capacityPoll = 20 * time.Millisecond
 
 // Acquire waits for a slot; release must be called exactly once when the stream ends.
 // It fails with a *BusyError after MaxWait, or with ctx's error.
 func (a *Admission) Acquire(ctx context.Context) (release func(), err error) {
-	if a.take() {
+	me := new(byte) // this request's place in line
+	a.mu.Lock()
+	if len(a.line) == 0 && a.take() { // nobody waits: no need to queue
+		a.mu.Unlock()
 		return a.releaser(), nil
 	}
-	a.mu.Lock()
-	a.queued++
+	a.line = append(a.line, me)
+	noCheck := a.fits == nil
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
-		a.queued--
+		a.line = slices.DeleteFunc(a.line, func(p *byte) bool { return p == me })
 		if errors.Is(err, ErrBusy) {
 			a.rejected++
 		}
@@ -95,18 +92,26 @@ func (a *Admission) Acquire(ctx context.Context) (release func(), err error) {
 	}()
 	t := time.NewTimer(a.maxWait)
 	defer t.Stop()
-	poll := time.NewTicker(capacityPoll)
-	defer poll.Stop()
+	// Without a capacity check, wait on the slots themselves (a channel serves its blocked
+	// senders in order); with one, the first in line asks again every capacityPoll.
+	var slot chan struct{}
+	var poll <-chan time.Time
+	if noCheck {
+		slot = a.slots
+	} else {
+		tick := time.NewTicker(capacityPoll)
+		defer tick.Stop()
+		poll = tick.C
+	}
 	for {
-		var slot chan struct{} // without a capacity check, wait on the slots themselves
-		if a.fitsCheck() == nil {
-			slot = a.slots
-		}
 		select {
 		case slot <- struct{}{}:
 			return a.releaser(), nil
-		case <-poll.C:
-			if a.take() {
+		case <-poll:
+			a.mu.Lock()
+			ok := a.line[0] == me && a.take()
+			a.mu.Unlock()
+			if ok {
 				return a.releaser(), nil
 			}
 		case <-t.C:
@@ -147,5 +152,5 @@ type AdmissionStats struct {
 func (a *Admission) Stats() AdmissionStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return AdmissionStats{Slots: cap(a.slots), Active: len(a.slots), Queued: a.queued, Rejected: a.rejected}
+	return AdmissionStats{Slots: cap(a.slots), Active: len(a.slots), Queued: len(a.line), Rejected: a.rejected}
 }

@@ -112,3 +112,37 @@ func TestAdmissionFits(t *testing.T) {
 		t.Errorf("capacity asked with active %v, want 0 first", asked)
 	}
 }
+
+// TestAdmissionFitsFirstComeFirstServed: with a capacity check, capacity that frees up goes
+// to the request that has waited longest, not to one that arrives just then.
+func TestAdmissionFitsFirstComeFirstServed(t *testing.T) {
+	a := NewAdmission(8, 2*time.Second)
+	a.SetFits(func(active int) bool { return active < 1 })
+	r1, err := a.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 2)
+	wait := func(name string) {
+		r, err := a.Acquire(context.Background())
+		if err != nil {
+			order <- name + ": " + err.Error()
+			return
+		}
+		order <- name
+		time.Sleep(50 * time.Millisecond)
+		r()
+	}
+	go wait("first")
+	for a.Stats().Queued != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	r1()             // capacity frees up…
+	go wait("later") // …as a new request arrives
+	if got := <-order; got != "first" {
+		t.Errorf("%q was admitted first, want the request that waited", got)
+	}
+	if got := <-order; got != "later" {
+		t.Errorf("then %q, want the later request", got)
+	}
+}
