@@ -66,29 +66,25 @@ func (m *Model) StepBatch(sessions []*Session, ids []int32) ([][]float32, error)
 	for j, i := range ord {
 		sorted[j] = sessions[i]
 	}
-	vocab := int32(m.Config.Vocab)
 	ls := make([]int, n)
 	var key strings.Builder
 	key.WriteString("batch")
 	for j, s := range sorted {
-		id := ids[ord[j]]
-		switch {
-		case s.m != m:
+		if s.m != m {
 			return nil, errors.New("qwen3: session of another model")
-		case s.cache == nil:
-			return nil, errors.New("qwen3: session is closed")
+		}
+		if err := s.checkTokens(ids[ord[j] : ord[j]+1]); err != nil {
+			return nil, err
+		}
+		switch {
 		case j > 0 && sorted[j-1] == s:
 			return nil, errors.New("qwen3: a session twice in one batch")
 		case s.head != sorted[0].head:
 			return nil, errors.New("qwen3: sessions with different output rows in one batch")
 		case s.trace:
 			return nil, errors.New("qwen3: traced sessions step alone")
-		case s.pos+1 > s.maxT:
-			return nil, fmt.Errorf("qwen3: a token at position %d overflows the %d-position cache", s.pos, s.maxT)
-		case id < 0 || id >= vocab:
-			return nil, fmt.Errorf("qwen3: token id %d outside the vocabulary of %d", id, vocab)
 		}
-		ls[j] = min(s.maxT, (s.pos+1+bucket-1)/bucket*bucket)
+		ls[j] = s.attendLen(s.pos + 1)
 		fmt.Fprintf(&key, "/%d:%d", s.id, ls[j])
 	}
 

@@ -295,17 +295,8 @@ func (s *Session) Prefill(ids []int32) ([]float32, error) {
 	if t == 0 {
 		return nil, fmt.Errorf("qwen3: prefill of no tokens")
 	}
-	if s.cache == nil {
-		return nil, fmt.Errorf("qwen3: session is closed")
-	}
-	if s.pos+t > s.maxT {
-		return nil, fmt.Errorf("qwen3: %d tokens at position %d overflow the %d-position cache", t, s.pos, s.maxT)
-	}
-	vocab := int32(s.m.Config.Vocab)
-	for _, id := range ids {
-		if id < 0 || id >= vocab {
-			return nil, fmt.Errorf("qwen3: token id %d outside the vocabulary of %d", id, vocab)
-		}
+	if err := s.checkTokens(ids); err != nil {
+		return nil, err
 	}
 	p := s.pos
 	prog, l, err := s.program(t, p)
@@ -401,12 +392,34 @@ func (s *Session) ProgramStats(t, p int) (engine.PlanStats, error) {
 // whose cache fits the same bucket.
 const bucket = 64
 
+// attendLen is the cache length a program attends when its last new token is at position
+// end-1: end rounded up to a bucket, at most the cache.
+func (s *Session) attendLen(end int) int { return min(s.maxT, (end+bucket-1)/bucket*bucket) }
+
+// checkTokens reports why ids cannot be fed next: a closed session, a cache they overflow,
+// an id outside the vocabulary.
+func (s *Session) checkTokens(ids []int32) error {
+	if s.cache == nil {
+		return fmt.Errorf("qwen3: session is closed")
+	}
+	if s.pos+len(ids) > s.maxT {
+		return fmt.Errorf("qwen3: %d tokens at position %d overflow the %d-position cache", len(ids), s.pos, s.maxT)
+	}
+	vocab := int32(s.m.Config.Vocab)
+	for _, id := range ids {
+		if id < 0 || id >= vocab {
+			return fmt.Errorf("qwen3: token id %d outside the vocabulary of %d", id, vocab)
+		}
+	}
+	return nil
+}
+
 // program returns the program for t new tokens at position p and the cache length it attends.
 func (s *Session) program(t, p int) (engine.Program, int, error) {
 	if t <= 0 || p < 0 || p+t > s.maxT {
 		return nil, 0, fmt.Errorf("qwen3: %d tokens at position %d do not fit the %d-position cache", t, p, s.maxT)
 	}
-	l := min(s.maxT, (p+t+bucket-1)/bucket*bucket)
+	l := s.attendLen(p + t)
 	key := fmt.Sprintf("T%d/L%d", t, l)
 	if s.trace {
 		key += "/trace"
