@@ -21,6 +21,12 @@ func f32pWeight(t testing.TB, w []float32, n, k int) *Buffer {
 // linearF32P runs y = x·Wᵀ (+ bias) on ctx through one OpLinearQ node over the packed W.
 func linearF32P(t testing.TB, ctx *Context, x []float32, w *Buffer, bias []float32, m, n, k int) []float32 {
 	t.Helper()
+	return linearF32PGroups(t, ctx, x, w, bias, m, n, k, 0)
+}
+
+// linearF32PGroups is linearF32P with the node's row groups (IP[0]) set.
+func linearF32PGroups(t testing.TB, ctx *Context, x []float32, w *Buffer, bias []float32, m, n, k, groups int) []float32 {
+	t.Helper()
 	xb, yb := cFloats(t, x), cFloats(t, make([]float32, m*n))
 	defer xb.Free()
 	defer yb.Free()
@@ -33,7 +39,7 @@ func linearF32P(t testing.TB, ctx *Context, x []float32, w *Buffer, bias []float
 		{Data: xb.Ptr(), DType: F32, Shape: xs, Stride: Contiguous(xs)},
 		{Data: w.Ptr(), DType: F32P, Shape: ws, Stride: Contiguous(ws)},
 	}
-	node := Node{Op: OpLinearQ, Src: []int{1, 2}, Dst: 0}
+	node := Node{Op: OpLinearQ, Src: []int{1, 2}, Dst: 0, IP: [8]int64{int64(groups)}}
 	if bias != nil {
 		bb := cFloats(t, bias)
 		defer bb.Free()
@@ -174,6 +180,40 @@ func TestLinearF32PRowsIndependent(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLinearF32PRowGroups: a product declared as groups of rows (sessions batched together)
+// picks its kernel by one group's rows, so rows that would take the OpenBLAS path as one
+// product of many rows still equal each row alone on the native kernel.
+func TestLinearF32PRowGroups(t *testing.T) {
+	const n, k, m = 96, 1000, 40
+	rng := rand.New(rand.NewPCG(5, 9))
+	w := make([]float32, n*k)
+	x := make([]float32, m*k)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	wb := f32pWeight(t, w, n, k)
+	defer wb.Free()
+	defer SetF32PNativeRows(SetF32PNativeRows(16))
+	ctx, _ := NewContext(2)
+	defer ctx.Close()
+	grouped := linearF32PGroups(t, ctx, x, wb, nil, m, n, k, 4) // 4 groups of 10 rows: native
+	whole := linearF32P(t, ctx, x, wb, nil, m, n, k)            // 40 rows: OpenBLAS
+	differs := false
+	for r := range m {
+		alone := linearF32P(t, ctx, x[r*k:(r+1)*k], wb, nil, 1, n, k)
+		if !equalBits(grouped[r*n:(r+1)*n], alone) {
+			t.Fatalf("row %d of 4 groups of 10 differs from the row alone", r)
+		}
+		differs = differs || !equalBits(whole[r*n:(r+1)*n], alone)
+	}
+	if !differs { // K = 1000 spans OpenBLAS's k blocks, which round differently
+		t.Fatal("the 40-row product gave the native kernel's bits for every row: this test cannot tell the paths apart")
 	}
 }
 

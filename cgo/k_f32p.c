@@ -293,7 +293,7 @@ static int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t vx_f32p_native_rows = 128;
 
 int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bias, float *y, int64_t M,
-                   int64_t N, int64_t K) {
+                   int64_t N, int64_t K, int64_t groups) {
 	if (M <= 0 || N <= 0)
 		return VX_OK;
 	if (K <= 0) {
@@ -306,7 +306,8 @@ int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bia
 	f32p_job j = {.x = x, .w = w, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ctx = ctx};
 	j.pairs = vx_f32p_rows(N) / PAIR;
 	double work = (double)M * (double)N * (double)K;
-	int native = M <= vx_f32p_native_rows;
+	/* The choice follows one group's rows, so a group's results are those it gets alone. */
+	int native = M <= vx_f32p_native_rows * (groups > 1 ? groups : 1);
 	int64_t most = work < 65536.0 || nt == 1 ? 1 : 4 * (int64_t)nt;
 	if (!native) {
 		/* The caller's scratch slot: no task asks for scratch on this path, and Conv2D's im2col
@@ -424,7 +425,7 @@ int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const v
 		else
 			for (int64_t i = 0; i < j.P; i++)
 				im2col_task(&j, i);
-		int rc = vx_linear_f32p(ctx, j.cols, Wt->data, NULL, j.out, j.P, j.Cout, j.K);
+		int rc = vx_linear_f32p(ctx, j.cols, Wt->data, NULL, j.out, j.P, j.Cout, j.K, 1);
 		if (rc != VX_OK)
 			return rc;
 		vx_parallel_for(ctx, j.Cout, transpose_task, &j);

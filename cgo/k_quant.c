@@ -735,8 +735,11 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		return VX_ERR_BAD_SHAPE;
 	if (M == 0)
 		return VX_OK;
+	/* ip[0]: the rows are this many independent groups (sessions batched together); the
+	 * kernel is chosen by one group's rows, so each group's results are those it gets alone. */
+	int64_t row_groups = node->ip[0] > 1 ? node->ip[0] : 1;
 	if (w->dtype == VX_F32_P)
-		return vx_linear_f32p(ctx, x->data, w->data, b ? b->data : NULL, y->data, M, N, K);
+		return vx_linear_f32p(ctx, x->data, w->data, b ? b->data : NULL, y->data, M, N, K, row_groups);
 	int nt = vx_ctx_threads(ctx);
 	lq_job j = {.dtype = w->dtype, .lv = level(), .M = M, .N = N, .K = K, .rb = rb, .nb = K / QK,
 	            .w = w->data, .x = x->data, .bias = b ? b->data : NULL, .y = y->data, .ctx = ctx};
@@ -745,7 +748,7 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	 * widened panels about 2x). */
 	/* Q4_K and BF16 have no dot kernels: their W panels are widened for sgemm at any M. */
 	int widen = w->dtype == VX_Q4_K || w->dtype == VX_BF16;
-	if (!widen && (M <= SMALL_M || (r8 && j.lv == LV_VNNI))) {
+	if (!widen && (M <= SMALL_M * row_groups || (r8 && j.lv == LV_VNNI))) {
 		if (j.dtype != VX_F16) {
 			int64_t qb = (M * K + 63) & ~(int64_t)63;
 			int8_t *xq = vx_scratch(ctx, VX_SCRATCH_SHARED, qb + M * j.nb * 8);

@@ -88,7 +88,9 @@ typedef enum {
 	                      src0 rows [L, M, D], src1 idx [M] i32: table[l, idx[i], :] = rows[l, i, :]
 	                      (L may be absent: [N, D] and [M, D]); indices bounds-checked */
 	VX_OP_LINEAR_Q,    /* src0 x [.., K] f32 contiguous, src1 W [N, K] q8_0, q8_0_r8 or f16, src2 bias [N]
-	                      f32 optional; dst [.., N] = x W^T + bias (k_quant.c) */
+	                      f32 optional; dst [.., N] = x W^T + bias (k_quant.c); ip[0] > 1: the rows are
+                      that many equal independent groups, and the kernel is chosen by one group's
+                      rows (each group's results are then those it gets alone) */
 	VX_OP_COUNT
 } vx_op;
 
@@ -210,7 +212,7 @@ void vx_repack_f32p(const float *src, float *dst, int64_t n, int64_t k);
 void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *dst);
 /* y[M, N] = x[M, K] W^T (+ bias) for a VX_F32_P weight W (the VX_OP_LINEAR_Q kernel for it). */
 int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bias, float *y, int64_t M,
-                   int64_t N, int64_t K);
+                   int64_t N, int64_t K, int64_t groups);
 /* VX_OP_CONV2D with a VX_F32_P kernel [Cout, Cin, KH, KW] (no groups). */
 int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,
                    const vx_tensor *Y);

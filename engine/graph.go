@@ -84,6 +84,9 @@ type Graph struct {
 	inputs  map[string]int
 	outputs map[string]int
 	err     error
+	// rowGroups > 1: the Linear nodes that follow take the rows of that many sessions
+	// batched together (SetRowGroups).
+	rowGroups int
 }
 
 // NewGraph starts an empty graph.
@@ -94,6 +97,12 @@ func NewGraph(name string) *Graph {
 // Label sets the model-level name used in errors for the ops that follow (e.g.
 // "encoder.layers.3.attn").
 func (g *Graph) Label(s string) { g.label = s }
+
+// SetRowGroups declares that the Linear nodes built after it multiply the rows of n
+// independent sessions stacked in equal parts (n ≤ 1: one). The kernel for each product is
+// then chosen by one session's rows, so with the row-independent kernels (F32, and F16/Q8_0
+// where a session has ≤ 8 rows) every session's results are bit for bit what it gets alone.
+func (g *Graph) SetRowGroups(n int) { g.rowGroups = n }
 
 // Err is the first build error, if any.
 func (g *Graph) Err() error { return g.err }

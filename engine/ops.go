@@ -596,7 +596,7 @@ func (g *Graph) linearQ(x, w Tensor, bias *Tensor) Tensor {
 	}
 	shape := x.Shape()
 	shape[len(shape)-1] = n
-	return g.addNode(cgo.OpLinearQ, shape, F32, s, [8]int64{}, [4]float32{})
+	return g.addNode(cgo.OpLinearQ, shape, F32, s, [8]int64{int64(max(g.rowGroups, 1))}, [4]float32{})
 }
 
 func (g *Graph) matmul(name string, a, b Tensor, bias *Tensor, bT bool) Tensor {
