@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
@@ -151,7 +152,23 @@ type Model struct {
 	w       *encoder
 	qkv     []*nn.Linear // per layer, its q, k and v projections as one Linear (nil: separate)
 	invFreq []float32    // positional encoding frequencies
+
+	// progMu serialises the window programs (each has one set of input buffers), kept in
+	// progs by window length and batch size and shared by every State: a State's caches
+	// are the programs' inputs and outputs.
+	progMu sync.Mutex
+	progs  *engine.Cache
+	// The last program used, so the steady state does not build a cache key per window.
+	lastF, lastB int
+	lastProg     engine.Program
+	names        [MaxBatch]cacheNames
 }
+
+// MaxBatch is the most streams one batched window program runs.
+const MaxBatch = 16
+
+// cacheNames are one batch position's cache inputs and outputs.
+type cacheNames struct{ att, cnn, attNew, cnnNew string }
 
 // LoadGGUF loads the encoder from an audio.cpp MeanVC2 GGUF: the asr/ namespace and the
 // embedded config.json (without one: the MeanVC2 front end and fbank, and every dimension
@@ -181,7 +198,14 @@ func Load(src weights.Source, cfg Config, backend engine.Backend) (*Model, error
 	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("conformer: %w", err)
 	}
-	m := &Model{Config: cfg, backend: backend, w: w, qkv: make([]*nn.Linear, len(w.Layers))}
+	m := &Model{Config: cfg, backend: backend, w: w, qkv: make([]*nn.Linear, len(w.Layers)), progs: engine.NewCache(backend, 16)}
+	for b := range m.names {
+		sfx := ""
+		if b > 0 {
+			sfx = fmt.Sprintf(".%d", b)
+		}
+		m.names[b] = cacheNames{"att" + sfx, "cnn" + sfx, "att_new" + sfx, "cnn_new" + sfx}
+	}
 	for i := range w.Layers {
 		a := &w.Layers[i].Attn
 		var err error
@@ -203,6 +227,10 @@ func Load(src weights.Source, cfg Config, backend engine.Backend) (*Model, error
 
 // Close frees the weights; no State of the model may run afterwards.
 func (m *Model) Close() {
+	if m.progs != nil {
+		m.progs.Close()
+		m.progs, m.lastProg = nil, nil
+	}
 	for _, f := range m.qkv {
 		if f != nil {
 			f.Free()
@@ -231,126 +259,193 @@ func (m *Model) posEnc(dst []float32, start int) {
 
 // State is one stream's encoder state: the attention cache [layers, heads, R, 2·d_k]
 // (keys ‖ values, raw projections) and the conv cache [layers, 1, d, kernel−1] (the last
-// inputs of each conv module), in persistent buffers updated by the programs themselves.
-// A State is used by one goroutine at a time.
+// inputs of each conv module), handed to the window program with each window and replaced
+// by its outputs — so one program serves any states batched together. A State is used by
+// one goroutine at a time.
 type State struct {
-	m     *Model
-	att   *engine.Buffer
-	cnn   *engine.Buffer
-	progs *engine.Cache
-	out   []float32
-	// The last program used, so the steady state does not build a cache key per window.
-	lastF    int
-	lastProg engine.Program
+	m        *Model
+	att, cnn []float32
+	closed   bool
+	out      []float32
 }
 
 // NewState makes a stream state with zero caches: the reference starts from full-size zero
 // caches, so the first window attends to R zero keys.
 func (m *Model) NewState() (*State, error) {
 	c := m.Config
-	att, err := m.backend.Alloc("asr.att_cache", engine.F32, int64(c.NumBlocks), int64(c.Heads),
-		int64(c.Stream.RequiredCache), int64(2*c.OutputSize/c.Heads))
-	if err != nil {
-		return nil, fmt.Errorf("conformer: %w", err)
-	}
-	cnn, err := m.backend.Alloc("asr.cnn_cache", engine.F32, int64(c.NumBlocks), 1, int64(c.OutputSize), int64(c.CNNKernel-1))
-	if err != nil {
-		att.Free()
-		return nil, fmt.Errorf("conformer: %w", err)
-	}
-	return &State{m: m, att: att, cnn: cnn, progs: engine.NewCache(m.backend, 4)}, nil
+	return &State{m: m,
+		att: make([]float32, c.NumBlocks*c.Heads*c.Stream.RequiredCache*2*c.OutputSize/c.Heads),
+		cnn: make([]float32, c.NumBlocks*c.OutputSize*(c.CNNKernel-1))}, nil
 }
 
-// Reset zeroes the caches for a new stream (the compiled programs are kept).
+// Reset zeroes the caches for a new stream.
 func (s *State) Reset() {
-	clear(s.att.Float32s())
-	clear(s.cnn.Float32s())
+	clear(s.att)
+	clear(s.cnn)
 }
 
-// Close frees the caches and programs.
-func (s *State) Close() {
-	if s.progs != nil {
-		s.progs.Close()
-		s.att.Free()
-		s.cnn.Free()
-		s.progs, s.lastProg = nil, nil
-	}
-}
+// Close drops the caches; later windows fail.
+func (s *State) Close() { s.closed = true }
 
 // AttCache and CNNCache are the caches' memory ([layers, heads, R, 2·d_k] and
 // [layers, 1, d, kernel−1], row-major): read them, or write them to start from a given
-// state. Valid until Close.
-func (s *State) AttCache() []float32 { return s.att.Float32s() }
-func (s *State) CNNCache() []float32 { return s.cnn.Float32s() }
+// state.
+func (s *State) AttCache() []float32 { return s.att }
+func (s *State) CNNCache() []float32 { return s.cnn }
 
 // Forward encodes one window of fbank frames (frames×InputDim values, frame-major) at the
 // given ASR offset and updates the caches. It returns OutFrames(frames)×OutputSize values,
 // owned by the State and valid until the next call.
 func (s *State) Forward(window []float32, offset int) ([]float32, error) {
-	if s.progs == nil {
-		return nil, errors.New("conformer: state is closed")
+	states, windows, offsets := [1]*State{s}, [1][]float32{window}, [1]int{offset}
+	if err := s.m.forward(states[:], windows[:], offsets[:]); err != nil {
+		return nil, err
 	}
-	c := s.m.Config
-	if len(window) == 0 || len(window)%c.InputDim != 0 {
-		return nil, fmt.Errorf("conformer: window of %d values is not whole frames of %d bins", len(window), c.InputDim)
-	}
-	frames := len(window) / c.InputDim
-	t := OutFrames(frames)
-	if t < 1 {
-		return nil, fmt.Errorf("conformer: window of %d frames is shorter than the subsampling's 7", frames)
-	}
-	r := c.Stream.RequiredCache
-	if offset < r {
-		// Key positions run from offset − R; WeNet's table has none below zero.
-		return nil, fmt.Errorf("conformer: offset %d is below the %d cached frames", offset, r)
-	}
-	prog := s.lastProg
-	if prog == nil || s.lastF != frames {
-		// A miss may evict (and close) an older program, but never the one it returns.
-		p, err := s.progs.Get(fmt.Sprintf("F%d", frames), func() (*engine.Graph, error) {
-			g := s.build(frames)
-			return g, g.Err()
-		})
-		if err != nil {
-			return nil, fmt.Errorf("conformer: %w", err)
-		}
-		prog, s.lastProg, s.lastF = p, p, frames
-	}
-	copy(prog.Input("fbank"), window)
-	s.m.posEnc(prog.Input("pos"), offset-r)
-	if err := prog.Run(); err != nil {
-		return nil, fmt.Errorf("conformer: %w", err)
-	}
-	s.out = append(s.out[:0], prog.Output("bn")...)
 	return s.out, nil
 }
 
-// build makes the graph for one window of nf fbank frames (WeNet forward_chunk with the
-// caches in this State's buffers).
-func (s *State) build(nf int) *engine.Graph {
-	m, c := s.m, s.m.Config
+// ForwardBatch is Forward for several streams' windows of one length at once (distinct
+// states, at most MaxBatch): one program whose products read each weight once for all of
+// them; each state's output and caches come out bit for bit as if it ran alone. Each result
+// is owned by its State until its next call. Nothing is changed when an argument is refused.
+func (m *Model) ForwardBatch(states []*State, windows [][]float32, offsets []int) ([][]float32, error) {
+	if err := m.forward(states, windows, offsets); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(states))
+	for b, s := range states {
+		out[b] = s.out
+	}
+	return out, nil
+}
+
+func (m *Model) forward(states []*State, windows [][]float32, offsets []int) error {
+	c := m.Config
+	B := len(states)
+	if B == 0 || B > MaxBatch || len(windows) != B || len(offsets) != B {
+		return fmt.Errorf("conformer: %d states (at most %d) for %d windows and %d offsets", B, MaxBatch, len(windows), len(offsets))
+	}
+	frames := len(windows[0]) / c.InputDim
+	r := c.Stream.RequiredCache
+	for b, s := range states {
+		window, offset := windows[b], offsets[b]
+		switch {
+		case s.closed || s.m != m:
+			return errors.New("conformer: state is closed or of another model")
+		case len(window) == 0 || len(window)%c.InputDim != 0:
+			return fmt.Errorf("conformer: window of %d values is not whole frames of %d bins", len(window), c.InputDim)
+		case OutFrames(len(window)/c.InputDim) < 1:
+			return fmt.Errorf("conformer: window of %d frames is shorter than the subsampling's 7", len(window)/c.InputDim)
+		case len(window) != frames*c.InputDim:
+			return fmt.Errorf("conformer: batched windows of %d and %d frames", frames, len(window)/c.InputDim)
+		case offset < r:
+			// Key positions run from offset − R; WeNet's table has none below zero.
+			return fmt.Errorf("conformer: offset %d is below the %d cached frames", offset, r)
+		}
+		for _, o := range states[:b] {
+			if o == s {
+				return errors.New("conformer: a state twice in one batch")
+			}
+		}
+	}
+	m.progMu.Lock()
+	defer m.progMu.Unlock()
+	if m.progs == nil {
+		return errors.New("conformer: model is closed")
+	}
+	prog := m.lastProg
+	if prog == nil || m.lastF != frames || m.lastB != B {
+		// A miss may evict (and close) an older program, but never the one it returns.
+		p, err := m.program(frames, B)
+		if err != nil {
+			return fmt.Errorf("conformer: %w", err)
+		}
+		prog, m.lastProg, m.lastF, m.lastB = p, p, frames, B
+	}
+	T, d := OutFrames(frames), c.OutputSize
+	fb, pos := prog.Input("fbank"), prog.Input("pos")
+	for b, s := range states {
+		copy(fb[b*frames*c.InputDim:], windows[b])
+		m.posEnc(pos[b*(r+T)*d:(b+1)*(r+T)*d], offsets[b]-r)
+		copy(prog.Input(m.names[b].att), s.att)
+		copy(prog.Input(m.names[b].cnn), s.cnn)
+	}
+	if err := prog.Run(); err != nil {
+		return fmt.Errorf("conformer: %w", err)
+	}
+	bn := prog.Output("bn")
+	for b, s := range states {
+		s.out = append(s.out[:0], bn[b*T*d:(b+1)*T*d]...)
+		copy(s.att, prog.Output(m.names[b].attNew))
+		copy(s.cnn, prog.Output(m.names[b].cnnNew))
+	}
+	return nil
+}
+
+// Warm compiles the program for batches of B windows of nf frames ahead of their first use.
+func (m *Model) Warm(nf, B int) error {
+	m.progMu.Lock()
+	defer m.progMu.Unlock()
+	if m.progs == nil {
+		return errors.New("conformer: model is closed")
+	}
+	_, err := m.program(nf, B)
+	return err
+}
+
+// program is the compiled program for B windows of nf frames; m.progMu is held.
+func (m *Model) program(nf, B int) (engine.Program, error) {
+	return m.progs.Get(fmt.Sprintf("F%d,B%d", nf, B), func() (*engine.Graph, error) {
+		g := m.build(nf, B)
+		return g, g.Err()
+	})
+}
+
+// build makes the graph for B windows of nf fbank frames (WeNet forward_chunk with each
+// window's caches as inputs, their updates as outputs). Products and row-wise ops run on all
+// B·T rows at once; attention and the causal conv's cache run per window.
+func (m *Model) build(nf, B int) *engine.Graph {
+	c := m.Config
 	d, h := int64(c.OutputSize), int64(c.Heads)
 	dk := d / h
 	T := int64(OutFrames(nf))
 	R := int64(c.Stream.RequiredCache)
 	KC := int64(c.CNNKernel - 1)
+	L := int64(c.NumBlocks)
 	eps := float32(c.LayerNormEps)
 	scale := float32(1 / math.Sqrt(float64(dk)))
+	nb := int64(B)
 
-	g := engine.NewGraph(fmt.Sprintf("conformer[F=%d]", nf))
+	g := engine.NewGraph(fmt.Sprintf("conformer[F=%d,B=%d]", nf, B))
+	g.SetRowGroups(B)
 	w := m.w
-	x := g.Input("fbank", engine.F32, 1, 1, int64(nf), int64(c.InputDim))
-	pos := g.Input("pos", engine.F32, R+T, d)
+	x := g.Input("fbank", engine.F32, nb, 1, int64(nf), int64(c.InputDim))
+	pos := g.Input("pos", engine.F32, nb*(R+T), d)
+	rows := func(t engine.Tensor, b int, n int64) engine.Tensor { return g.Slice(t, 0, int64(b)*n, int64(b+1)*n) }
+	att := make([]engine.Tensor, B)
+	cnn := make([]engine.Tensor, B)
+	attNew := make([][]engine.Tensor, B)
+	cnnNew := make([][]engine.Tensor, B)
+	for b := range B {
+		att[b] = g.Input(m.names[b].att, engine.F32, L, h, R, 2*dk)
+		cnn[b] = g.Input(m.names[b].cnn, engine.F32, L, 1, d, KC)
+	}
 
 	g.Label("encoder.embed")
 	x = g.ReLU(w.Conv0.Forward(g, x, 2, 2, 0, 0))
-	x = g.ReLU(w.Conv2.Forward(g, x, 2, 2, 0, 0)) // [1, C, T, F']
-	x = g.Reshape(g.Transpose(x, 1, 2), T, -1)    // [T, C·F'] channel-major
+	x = g.ReLU(w.Conv2.Forward(g, x, 2, 2, 0, 0)) // [B, C, T, F']
+	x = g.Reshape(g.Transpose(x, 1, 2), nb*T, -1) // [B·T, C·F'] channel-major
 	x = w.Out.Forward(g, x)
 	x = g.Scale(x, float32(math.Sqrt(float64(d))), 0)
 
-	att, cnn := g.Persistent(s.att), g.Persistent(s.cnn)
 	ff := func(y engine.Tensor, f *ffn) engine.Tensor { return f.W2.Forward(g, g.SiLU(f.W1.Forward(g, y))) }
+	perWindow := func(f func(b int) engine.Tensor) engine.Tensor { // B results stacked on axis 0
+		ts := make([]engine.Tensor, B)
+		for b := range B {
+			ts[b] = f(b)
+		}
+		return g.Concat(0, ts...)
+	}
 	for i := range w.Layers {
 		l, li := &w.Layers[i], int64(i)
 		g.Label(fmt.Sprintf("encoder.encoders.%d.feed_forward_macaron", i))
@@ -359,34 +454,40 @@ func (s *State) build(nf int) *engine.Graph {
 		g.Label(fmt.Sprintf("encoder.encoders.%d.self_attn", i))
 		y := l.NormMHA.Forward(g, x, eps)
 		qkv := nn.ForwardFused(g, m.qkv[i], y, &l.Attn.Q, &l.Attn.K, &l.Attn.V)
-		q := g.Reshape(qkv[0], T, h, dk)
+		peAll := l.Attn.Pos.Forward(g, pos)            // [B·(R+T), d]
 		heads := func(t engine.Tensor) engine.Tensor { // [T, d] → [1, H, T, dk]
 			return g.Permute(g.Reshape(t, 1, T, h, dk), 0, 2, 1, 3)
 		}
-		k := heads(qkv[1])
-		v := heads(qkv[2])
-		cache := g.Slice(att, 0, li, li+1) // [1, H, R, 2dk]
-		kAll := g.Concat(2, g.Slice(cache, 3, 0, dk), k)
-		vAll := g.Concat(2, g.Slice(cache, 3, dk, 2*dk), v)
-		g.Assign(cache, g.Slice(g.Concat(3, kAll, vAll), 2, T, T+R))
-		// Positional term without rel-shift: (q + v_bias)·pᵀ over the absolute key positions.
-		pe := g.Permute(g.Reshape(l.Attn.Pos.Forward(g, pos), R+T, h, dk), 1, 0, 2) // [H, R+T, dk]
-		qv := g.Permute(g.Add(q, l.Attn.BV.In(g)), 1, 0, 2)                         // [H, T, dk]
-		bd := g.Scale(g.Matmul(qv, g.Transpose(pe, 1, 2)), scale, 0)                // [H, T, R+T]
-		qu := g.Permute(g.Reshape(g.Add(q, l.Attn.BU.In(g)), 1, T, h, dk), 0, 2, 1, 3)
-		o := g.Attention(qu, kAll, vAll, nil, &bd, scale) // [1, H, T, dk]
-		o = g.Reshape(g.Permute(o, 0, 2, 1, 3), T, d)
+		o := perWindow(func(b int) engine.Tensor {
+			q := g.Reshape(rows(qkv[0], b, T), T, h, dk)
+			k := heads(rows(qkv[1], b, T))
+			v := heads(rows(qkv[2], b, T))
+			cache := g.Slice(att[b], 0, li, li+1) // [1, H, R, 2dk]
+			kAll := g.Concat(2, g.Slice(cache, 3, 0, dk), k)
+			vAll := g.Concat(2, g.Slice(cache, 3, dk, 2*dk), v)
+			attNew[b] = append(attNew[b], g.Slice(g.Concat(3, kAll, vAll), 2, T, T+R))
+			// Positional term without rel-shift: (q + v_bias)·pᵀ over the absolute key positions.
+			pe := g.Permute(g.Reshape(rows(peAll, b, R+T), R+T, h, dk), 1, 0, 2) // [H, R+T, dk]
+			qv := g.Permute(g.Add(q, l.Attn.BV.In(g)), 1, 0, 2)                  // [H, T, dk]
+			bd := g.Scale(g.Matmul(qv, g.Transpose(pe, 1, 2)), scale, 0)         // [H, T, R+T]
+			qu := g.Permute(g.Reshape(g.Add(q, l.Attn.BU.In(g)), 1, T, h, dk), 0, 2, 1, 3)
+			a := g.Attention(qu, kAll, vAll, nil, &bd, scale) // [1, H, T, dk]
+			return g.Reshape(g.Permute(a, 0, 2, 1, 3), T, d)
+		})
 		x = g.Add(x, l.Attn.Out.Forward(g, o))
 
 		g.Label(fmt.Sprintf("encoder.encoders.%d.conv_module", i))
-		y = l.NormConv.Forward(g, x, eps)                              // [T, d]
-		cc := g.Slice(cnn, 0, li, li+1)                                // [1, 1, d, KC]
-		xin := g.Concat(0, g.Transpose(g.Reshape(cc, d, KC), 0, 1), y) // [KC+T, d]
-		g.Assign(cc, g.Reshape(g.Transpose(g.Slice(xin, 0, T, T+KC), 0, 1), 1, 1, d, KC))
-		u := g.GLU(l.Conv.PW1.Forward(g, xin), -1) // [KC+T, d]
-		u = g.Contiguous(g.Reshape(g.Transpose(u, 0, 1), 1, d, KC+T))
-		u = l.Conv.DW.Forward(g, u, 1, 0, 0, 1)   // [1, d, T]
-		u = g.Transpose(g.Reshape(u, d, T), 0, 1) // [T, d]
+		y = l.NormConv.Forward(g, x, eps) // [B·T, d]
+		xin := perWindow(func(b int) engine.Tensor {
+			cc := g.Slice(cnn[b], 0, li, li+1)                                        // [1, 1, d, KC]
+			xb := g.Concat(0, g.Transpose(g.Reshape(cc, d, KC), 0, 1), rows(y, b, T)) // [KC+T, d]
+			cnnNew[b] = append(cnnNew[b], g.Reshape(g.Transpose(g.Slice(xb, 0, T, T+KC), 0, 1), 1, 1, d, KC))
+			return xb
+		}) // [B·(KC+T), d]
+		u := g.GLU(l.Conv.PW1.Forward(g, xin), -1)                     // [B·(KC+T), d]
+		u = g.Contiguous(g.Transpose(g.Reshape(u, nb, KC+T, d), 1, 2)) // [B, d, KC+T]
+		u = l.Conv.DW.Forward(g, u, 1, 0, 0, 1)                        // [B, d, T]
+		u = g.Reshape(g.Transpose(u, 1, 2), nb*T, d)                   // [B·T, d]
 		u = g.SiLU(l.Conv.Norm.Forward(g, u, eps))
 		x = g.Add(x, l.Conv.PW2.Forward(g, u))
 
@@ -396,5 +497,9 @@ func (s *State) build(nf int) *engine.Graph {
 	}
 	g.Label("encoder.after_norm")
 	g.Output("bn", w.AfterNorm.Forward(g, x, eps))
+	for b := range B {
+		g.Output(m.names[b].attNew, g.Concat(0, attNew[b]...))
+		g.Output(m.names[b].cnnNew, g.Concat(0, cnnNew[b]...))
+	}
 	return g
 }

@@ -413,3 +413,89 @@ func TestFusedQKVIsExact(t *testing.T) {
 		t.Error("fused q/k/v changed the features")
 	}
 }
+
+// TestForwardBatchMatchesAlone: windows of several streams encoded as one batch give each
+// stream bit for bit its output and caches alone, over several windows (the caches carry),
+// with the streams at different offsets and batches of changing size; bad batches are
+// refused before any state changes.
+func TestForwardBatchMatchesAlone(t *testing.T) {
+	c := tinyConfig()
+	m, err := Load(randomSource(c, 2), c, cpu(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	rng := rand.New(rand.NewPCG(7, 3))
+	const streams, windows = 5, 4
+	ws := make([][][]float32, streams)
+	for s := range ws {
+		for range windows {
+			w := make([]float32, 19*80)
+			for i := range w {
+				w[i] = float32(rng.NormFloat64()*3 + 5)
+			}
+			ws[s] = append(ws[s], w)
+		}
+	}
+	offset := func(s, w int) int { return 8 + 4*(w+s) }
+	var want [streams][windows][]float32
+	for s := range streams {
+		st, _ := m.NewState()
+		for w := range windows {
+			out, err := st.Forward(ws[s][w], offset(s, w))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[s][w] = slices.Clone(out)
+		}
+	}
+	states := make([]*State, streams)
+	for s := range states {
+		states[s], _ = m.NewState()
+	}
+	for w := range windows {
+		// Window w runs streams 0..w+1 batched (a growing batch), the rest alone after.
+		n := min(w+2, streams)
+		var wins [][]float32
+		var offs []int
+		for s := range n {
+			wins, offs = append(wins, ws[s][w]), append(offs, offset(s, w))
+		}
+		outs, err := m.ForwardBatch(states[:n], wins, offs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := n; s < streams; s++ {
+			out, err := states[s].Forward(ws[s][w], offset(s, w))
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs = append(outs, out)
+		}
+		for s := range streams {
+			if !slices.Equal(outs[s], want[s][w]) {
+				t.Fatalf("window %d of stream %d in a batch of %d differs from the stream alone", w, s, n)
+			}
+		}
+	}
+	before := slices.Clone(states[0].AttCache())
+	for _, bad := range []struct {
+		what    string
+		states  []*State
+		windows [][]float32
+		offsets []int
+	}{
+		{"a state twice", []*State{states[0], states[0]}, [][]float32{ws[0][0], ws[0][1]}, []int{8, 8}},
+		{"windows of two lengths", states[:2], [][]float32{ws[0][0], ws[1][0][:11*80]}, []int{8, 8}},
+		{"an offset below the cache", states[:2], [][]float32{ws[0][0], ws[1][0]}, []int{8, 7}},
+		{"fewer offsets", states[:2], [][]float32{ws[0][0], ws[1][0]}, []int{8}},
+		{"no state", nil, nil, nil},
+	} {
+		if _, err := m.ForwardBatch(bad.states, bad.windows, bad.offsets); err == nil {
+			t.Errorf("%s: no error", bad.what)
+		}
+	}
+	if !slices.Equal(before, states[0].AttCache()) {
+		t.Error("a refused batch changed a cache")
+	}
+}

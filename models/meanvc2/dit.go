@@ -173,7 +173,11 @@ type DiT struct {
 
 	mu       sync.Mutex // serialises the GTM program (Timbre may be called from any stream)
 	gtmCache *engine.Cache
-	times    []timeCond // per (t, r) of Config.Timesteps, computed at load
+	// progMu serialises the step programs (each has one set of input buffers), kept in progs
+	// by batch size and options: shared by every State, since a State's caches are inputs.
+	progMu sync.Mutex
+	progs  *engine.Cache
+	times  []timeCond // per (t, r) of Config.Timesteps, computed at load
 }
 
 // timeCond is what one (t, r) of the schedule gives every DiT call: the two time embeddings
@@ -275,6 +279,7 @@ func LoadDiT(src weights.Source, cfg Config, backend engine.Backend) (*DiT, erro
 		d.ropeBase, d.ropeDims = base, dims
 	}
 	d.gtmCache = engine.NewCache(backend, 1)
+	d.progs = engine.NewCache(backend, maxStepPrograms)
 	if d.times, err = d.timeConds(); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("meanvc2: load: time conditioning: %w", err)
@@ -314,6 +319,9 @@ func (d *DiT) Close() {
 	if d.gtmCache != nil {
 		d.gtmCache.Close()
 	}
+	if d.progs != nil {
+		d.progs.Close()
+	}
 	for _, f := range d.qkv {
 		if f != nil {
 			f.Free()
@@ -326,26 +334,54 @@ func (d *DiT) Close() {
 // (the last call of a step); trace exposes the intermediate stages.
 type stepOpts struct{ commit, trace bool }
 
-// buildStep is one DiT call over the Window() frames of a step. Inputs: x [W, mel], cond
-// [W, bn], spk [1, spk], gtm_k/gtm_v [slots, hidden], mod [depth, 6·dim] and fin [1, 2·dim]
-// (the call's time conditioning, timeConds), qpos [W] and per layer kpos{l} [cap+W] (absolute frame positions) and mask{l}
-// [W, cap+W]. Layer l's caches are [H, cap, Dh] with the valid rows at the end (older rows
-// are masked), keys after RMSNorm and before RoPE; a commit shifts in the chunk's rows.
-func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
+// sessionInput names a per-session input or output of a batched program: session 0 keeps
+// the plain name (the single-session program's), session b > 0 gets a ".b" suffix.
+func sessionInput(base string, b int) string {
+	if b == 0 {
+		return base
+	}
+	return fmt.Sprintf("%s.%d", base, b)
+}
+
+// buildStep is one DiT call over the Window() frames of a step for B sessions at once: every
+// projection and MLP reads its weights once for all B·W rows, each session attends over its
+// own caches with its own positions and masks. Inputs: x [B·W, mel], cond [B·W, bn], spk
+// [B, spk], gtm_k/gtm_v [B·slots, hidden], mod [depth, 6·dim] and fin [1, 2·dim] (the call's
+// time conditioning, shared: every session of a batch is at the same call of its step), and
+// per session b (sessionInput names): qpos [W], per layer kpos{l} [cap+W], mask{l} [W, cap+W],
+// k{l} and v{l} [H, cap, Dh] (the cache, valid rows at the end: older rows are masked; keys
+// after RMSNorm, before RoPE). Output u [B·W, mel]; a commit also outputs every cache shifted
+// by the chunk's rows (knew{l}, vnew{l}). Each session's rows are bit for bit what it gets
+// alone (Graph.SetRowGroups and row-wise ops).
+func (d *DiT) buildStep(B int, o stepOpts) *engine.Graph {
 	c := d.Config
 	W, H, Dh := int64(c.Window()), int64(c.Heads), int64(c.DimHead)
+	nb := int64(B)
 	chunk := int64(c.ChunkSize)
-	g := engine.NewGraph(fmt.Sprintf("meanvc2.dit[commit=%v,trace=%v]", o.commit, o.trace))
-	x := g.Input("x", engine.F32, W, int64(c.MelDim))
-	cond := g.Input("cond", engine.F32, W, int64(c.BNDim))
-	spk := g.Input("spk", engine.F32, 1, int64(c.SpkDim))
-	gk := g.Input("gtm_k", engine.F32, int64(c.GTMSlots), int64(c.GTMHidden))
-	gv := g.Input("gtm_v", engine.F32, int64(c.GTMSlots), int64(c.GTMHidden))
-	qpos := g.Input("qpos", engine.I32, W)
+	g := engine.NewGraph(fmt.Sprintf("meanvc2.dit[B=%d,commit=%v,trace=%v]", B, o.commit, o.trace))
+	g.SetRowGroups(B)
+	x := g.Input("x", engine.F32, nb*W, int64(c.MelDim))
+	cond := g.Input("cond", engine.F32, nb*W, int64(c.BNDim))
+	spk := g.Input("spk", engine.F32, nb, int64(c.SpkDim))
+	slots := int64(c.GTMSlots)
+	gk := g.Input("gtm_k", engine.F32, nb*slots, int64(c.GTMHidden))
+	gv := g.Input("gtm_v", engine.F32, nb*slots, int64(c.GTMHidden))
+	qpos := make([]engine.Tensor, B)
+	for b := range B {
+		qpos[b] = g.Input(sessionInput("qpos", b), engine.I32, W)
+	}
 	trace := func(name string, t engine.Tensor) {
 		if o.trace {
 			g.Output(name, t)
 		}
+	}
+	rows := func(t engine.Tensor, b int, n int64) engine.Tensor { return g.Slice(t, 0, int64(b)*n, int64(b+1)*n) }
+	perSession := func(f func(b int) engine.Tensor) engine.Tensor { // B results stacked on axis 0
+		ts := make([]engine.Tensor, B)
+		for b := range B {
+			ts[b] = f(b)
+		}
+		return g.Concat(0, ts...)
 	}
 
 	// The AdaLN modulations depend on (t, r) alone: computed once per model (timeConds).
@@ -359,17 +395,20 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 	split := func(t engine.Tensor, n int64) engine.Tensor { // [n, A] → [1, th, n, tdh]
 		return g.Permute(g.Reshape(t, 1, n, th, tdh), 0, 2, 1, 3)
 	}
-	slots := int64(c.GTMSlots)
-	tq := split(w.TVT.Q.Forward(g, cond), W)
-	tk := split(w.TVT.K.Forward(g, gk), slots)
-	tv := split(w.TVT.V.Forward(g, gv), slots)
-	ta := g.Attention(tq, tk, tv, nil, nil, float32(1/math.Sqrt(float64(tdh))))
-	ta = g.Reshape(g.Permute(ta, 0, 2, 1, 3), W, int64(c.TVTAttnDim))
+	tq := w.TVT.Q.Forward(g, cond)
+	tk := w.TVT.K.Forward(g, gk)
+	tv := w.TVT.V.Forward(g, gv)
+	ta := perSession(func(b int) engine.Tensor {
+		a := g.Attention(split(rows(tq, b, W), W), split(rows(tk, b, slots), slots), split(rows(tv, b, slots), slots), nil, nil,
+			float32(1/math.Sqrt(float64(tdh))))
+		return g.Reshape(g.Permute(a, 0, 2, 1, 3), W, int64(c.TVTAttnDim))
+	})
 	timbre := w.TVT.Norm.Forward(g, w.TVT.Out.Forward(g, ta), float32(c.LNEps))
 	trace("temporal_timbre", timbre)
 
 	g.Label("input_embed")
-	h := w.InProj.Forward(g, g.Concat(1, x, timbre, g.Expand(spk, W, int64(c.SpkDim))))
+	spkRows := perSession(func(b int) engine.Tensor { return g.Expand(rows(spk, b, 1), W, int64(c.SpkDim)) })
+	h := w.InProj.Forward(g, g.Concat(1, x, timbre, spkRows))
 	trace("input_embed", h)
 
 	dim := int64(c.Dim)
@@ -378,54 +417,58 @@ func (d *DiT) buildStep(kc, vc []*engine.Buffer, o stepOpts) *engine.Graph {
 	modulate := func(h, shift, scale engine.Tensor) engine.Tensor {
 		return g.Add(g.Mul(g.LayerNorm(h, nil, nil, adaEps), g.Scale(scale, 1, 1)), shift)
 	}
-	heads := func(t engine.Tensor, norm *nn.RMSNorm) engine.Tensor { // [W, H·Dh] → [1, H, W, Dh]
-		t = g.Reshape(t, W, H, Dh)
+	heads := func(t engine.Tensor, norm *nn.RMSNorm) engine.Tensor { // [B·W, H·Dh] → [B·W, H, Dh]
+		t = g.Reshape(t, nb*W, H, Dh)
 		if norm != nil {
 			t = norm.Forward(g, t, float32(c.RMSEps))
 		}
-		return g.Permute(g.Reshape(t, 1, W, H, Dh), 0, 2, 1, 3)
+		return t
+	}
+	session := func(t engine.Tensor, b int) engine.Tensor { // session b's [W, H, Dh] → [1, H, W, Dh]
+		return g.Permute(g.Reshape(rows(t, b, W), 1, W, H, Dh), 0, 2, 1, 3)
 	}
 	for l := range w.Blocks {
-		b := &w.Blocks[l]
+		blk := &w.Blocks[l]
 		g.Label(fmt.Sprintf("transformer_blocks.%d", l))
 		capL := int64(c.CacheFrames(l))
-		kpos := g.Input(fmt.Sprintf("kpos%d", l), engine.I32, capL+W)
-		mask := g.Input(fmt.Sprintf("mask%d", l), engine.F32, W, capL+W)
 		mod := g.Slice(mods, 0, int64(l), int64(l)+1) // [1, 6·dim]
 		part := func(i int64) engine.Tensor { return g.Slice(mod, 1, i*dim, (i+1)*dim) }
 		shiftMSA, scaleMSA, gateMSA := part(0), part(1), part(2)
 		shiftMLP, scaleMLP, gateMLP := part(3), part(4), part(5)
 
 		n := modulate(h, shiftMSA, scaleMSA)
-		qkv := nn.ForwardFused(g, d.qkv[l], n, &b.Q, &b.K, &b.V)
-		q := heads(qkv[0], &b.QNorm)
-		k := heads(qkv[1], &b.KNorm)
-		v := heads(qkv[2], nil)
-		ck := g.Reshape(g.Persistent(kc[l]), 1, H, capL, Dh)
-		cv := g.Reshape(g.Persistent(vc[l]), 1, H, capL, Dh)
-		kAll := g.Concat(2, ck, k)
-		vAll := g.Concat(2, cv, v)
-		if o.commit {
-			// The cache keeps the newest cap rows of [cache ‖ the chunk's rows]; the
-			// lookahead rows are never cached.
-			shift := func(cache, cur engine.Tensor, dst *engine.Buffer) {
-				rows := g.Slice(cur, 2, 0, chunk)
-				if capL > chunk {
-					rows = g.Concat(2, g.Slice(cache, 2, chunk, capL), rows)
+		qkv := nn.ForwardFused(g, d.qkv[l], n, &blk.Q, &blk.K, &blk.V)
+		qs, ks, vs := heads(qkv[0], &blk.QNorm), heads(qkv[1], &blk.KNorm), heads(qkv[2], nil)
+		att := perSession(func(b int) engine.Tensor {
+			kpos := g.Input(sessionInput(fmt.Sprintf("kpos%d", l), b), engine.I32, capL+W)
+			mask := g.Input(sessionInput(fmt.Sprintf("mask%d", l), b), engine.F32, W, capL+W)
+			ck := g.Reshape(g.Input(sessionInput(fmt.Sprintf("k%d", l), b), engine.F32, H, capL, Dh), 1, H, capL, Dh)
+			cv := g.Reshape(g.Input(sessionInput(fmt.Sprintf("v%d", l), b), engine.F32, H, capL, Dh), 1, H, capL, Dh)
+			q, k, v := session(qs, b), session(ks, b), session(vs, b)
+			kAll := g.Concat(2, ck, k)
+			vAll := g.Concat(2, cv, v)
+			if o.commit {
+				// The cache keeps the newest cap rows of [cache ‖ the chunk's rows]; the
+				// lookahead rows are never cached.
+				shift := func(cache, cur engine.Tensor, name string) {
+					rows := g.Slice(cur, 2, 0, chunk)
+					if capL > chunk {
+						rows = g.Concat(2, g.Slice(cache, 2, chunk, capL), rows)
+					}
+					g.Output(sessionInput(name, b), g.Reshape(rows, H, capL, Dh))
 				}
-				g.Assign(g.Persistent(dst), g.Reshape(rows, H, capL, Dh))
+				shift(ck, k, fmt.Sprintf("knew%d", l))
+				shift(cv, v, fmt.Sprintf("vnew%d", l))
 			}
-			shift(ck, k, kc[l])
-			shift(cv, v, vc[l])
-		}
-		qr := g.RoPE(q, qpos, d.ropeDims, engine.RoPEInterleaved, d.ropeBase)
-		kr := g.RoPE(kAll, kpos, d.ropeDims, engine.RoPEInterleaved, d.ropeBase)
-		att := g.Attention(qr, kr, vAll, &mask, nil, float32(1/math.Sqrt(float64(Dh))))
-		att = b.Out.Forward(g, g.Reshape(g.Permute(att, 0, 2, 1, 3), W, H*Dh))
-		h = g.Add(h, g.Mul(gateMSA, att))
+			qr := g.RoPE(q, qpos[b], d.ropeDims, engine.RoPEInterleaved, d.ropeBase)
+			kr := g.RoPE(kAll, kpos, d.ropeDims, engine.RoPEInterleaved, d.ropeBase)
+			a := g.Attention(qr, kr, vAll, &mask, nil, float32(1/math.Sqrt(float64(Dh))))
+			return g.Reshape(g.Permute(a, 0, 2, 1, 3), W, H*Dh)
+		})
+		h = g.Add(h, g.Mul(gateMSA, blk.Out.Forward(g, att)))
 
 		n2 := modulate(h, shiftMLP, scaleMLP)
-		ff := b.FF2.Forward(g, g.GELU(b.FF1.Forward(g, n2), true))
+		ff := blk.FF2.Forward(g, g.GELU(blk.FF1.Forward(g, n2), true))
 		h = g.Add(h, g.Mul(gateMLP, ff))
 		trace(fmt.Sprintf("block%d", l), h)
 	}

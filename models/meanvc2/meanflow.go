@@ -12,20 +12,20 @@ import (
 // DefaultSeed seeds a State's noise generator (audio.cpp's default `seed` option).
 const DefaultSeed = 42
 
-// State is one stream of the DiT: per-layer rolling K/V caches in persistent buffers, the
-// frame offset, the noise carried between steps and the compiled programs bound to those
-// caches. The DiT's weights are shared. A State is used by one goroutine at a time.
+// State is one stream of the DiT: per-layer rolling K/V caches (a few kilobytes a layer,
+// handed to the step program with each call, so one program serves any states batched
+// together), the frame offset and the noise carried between steps. The DiT's weights and
+// programs are shared. A State is used by one goroutine at a time.
 type State struct {
 	d      *DiT
-	err    error // allocation failure, reported by every call
-	kc, vc []*engine.Buffer
-	valid  []int // valid (newest) rows per layer cache
+	err    error       // set once closed, reported by every call
+	kc, vc [][]float32 // per layer [Heads, cap, DimHead], the valid rows at the end
+	valid  []int       // valid (newest) rows per layer cache
 	offset int
 	carry  []float32 // the last BlockSize noise rows of the previous step
 	hasCar bool
 	seed   uint64
 	rng    *rand.Rand
-	cache  *engine.Cache
 	trace  bool
 	last   StepTrace
 	x, raw []float32
@@ -57,21 +57,10 @@ type StepTrace struct {
 // DefaultSeed. An allocation failure is reported by the first call that needs the caches.
 func (d *DiT) NewState() *State {
 	c := d.Config
-	s := &State{d: d, valid: make([]int, c.Depth), cache: engine.NewCache(d.backend, 4)}
+	s := &State{d: d, valid: make([]int, c.Depth)}
 	for l := range c.Depth {
-		shape := []int64{int64(c.Heads), int64(c.CacheFrames(l)), int64(c.DimHead)}
-		k, err := d.backend.Alloc(fmt.Sprintf("dit.kv%d.k", l), engine.F32, shape...)
-		if err != nil {
-			s.err = fmt.Errorf("meanvc2: state: %w", err)
-			break
-		}
-		s.kc = append(s.kc, k)
-		v, err := d.backend.Alloc(fmt.Sprintf("dit.kv%d.v", l), engine.F32, shape...)
-		if err != nil {
-			s.err = fmt.Errorf("meanvc2: state: %w", err)
-			break
-		}
-		s.vc = append(s.vc, v)
+		n := c.Heads * c.CacheFrames(l) * c.DimHead
+		s.kc, s.vc = append(s.kc, make([]float32, n)), append(s.vc, make([]float32, n))
 	}
 	s.Seed(DefaultSeed)
 	return s
@@ -85,7 +74,6 @@ func (s *State) Seed(seed uint64) {
 }
 
 // Reset starts a new stream: empty caches, offset 0, no noise carry, generator re-seeded.
-// Compiled programs are kept.
 func (s *State) Reset() {
 	clear(s.valid)
 	s.offset = 0
@@ -93,15 +81,8 @@ func (s *State) Reset() {
 	s.Seed(s.seed)
 }
 
-// Close frees the caches and programs.
+// Close drops the caches; every later call fails.
 func (s *State) Close() {
-	if s.cache != nil {
-		s.cache.Close()
-		s.cache = nil
-	}
-	for _, b := range append(s.kc, s.vc...) {
-		b.Free()
-	}
 	s.kc, s.vc = nil, nil
 	if s.err == nil {
 		s.err = fmt.Errorf("meanvc2: state is closed")
@@ -131,8 +112,7 @@ func (s *State) KV(l int) (k, v []float32, n int, err error) {
 	}
 	c := s.d.Config
 	n, capL, dh := s.valid[l], c.CacheFrames(l), c.DimHead
-	read := func(b *engine.Buffer) []float32 {
-		all := b.Float32s()
+	read := func(all []float32) []float32 {
 		out := make([]float32, 0, c.Heads*n*dh)
 		for h := range c.Heads {
 			out = append(out, all[(h*capL+capL-n)*dh:(h+1)*capL*dh]...)
@@ -155,8 +135,7 @@ func (s *State) SetKV(l int, k, v []float32, n int) error {
 	if n < 0 || n > capL || len(k) != c.Heads*n*dh || len(v) != len(k) {
 		return fmt.Errorf("meanvc2: layer %d cache: %d rows (%d/%d values) for capacity %d", l, n, len(k), len(v), capL)
 	}
-	write := func(b *engine.Buffer, src []float32) {
-		all := b.Float32s()
+	write := func(all, src []float32) {
 		clear(all)
 		for h := range c.Heads {
 			copy(all[(h*capL+capL-n)*dh:(h+1)*capL*dh], src[h*n*dh:(h+1)*n*dh])
@@ -218,81 +197,155 @@ func (s *State) Step(cond16 []float32, timbre Timbre, noise []float32) ([]float3
 // on the caches as they were before the step, the last call committing its chunk rows.
 // The mel frames are owned by the State until its next step.
 func (s *State) Denoise(x0, cond []float32, timbre Timbre) ([]float32, error) {
-	if s.err != nil {
-		return nil, s.err
+	mel, err := s.d.DenoiseBatch([]*State{s}, [][]float32{x0}, [][]float32{cond}, []Timbre{timbre})
+	if err != nil {
+		return nil, err
 	}
-	c := s.d.Config
-	W := c.Window()
-	switch {
-	case len(x0) != W*c.MelDim:
-		return nil, fmt.Errorf("meanvc2: step: x of %d values, want %d×%d", len(x0), W, c.MelDim)
-	case len(cond) != W*c.BNDim:
-		return nil, fmt.Errorf("meanvc2: step: cond of %d values, want %d×%d", len(cond), W, c.BNDim)
-	case len(timbre.Spk) != c.SpkDim || len(timbre.K) != c.GTMSlots*c.GTMHidden || len(timbre.V) != len(timbre.K):
-		return nil, fmt.Errorf("meanvc2: step: timbre of %d/%d/%d values, want %d and %d×%d", len(timbre.Spk), len(timbre.K), len(timbre.V), c.SpkDim, c.GTMSlots, c.GTMHidden)
+	return mel[0], nil
+}
+
+// maxStepPrograms bounds the step programs a DiT keeps: a commit and a non-commit one per
+// batch size in use.
+const maxStepPrograms = 2 * MaxBatch
+
+// MaxBatch is the most streams one batched program runs; more are run in several batches.
+const MaxBatch = 16
+
+// DenoiseBatch is Denoise for several states at once (distinct, at most MaxBatch): every
+// DiT call of the step runs all of them as one program, and each state's mel frames, caches
+// and offset come out bit for bit as if it ran alone. A state with tracing on runs alone.
+// Nothing is changed when an argument is refused.
+func (d *DiT) DenoiseBatch(states []*State, x0s, conds [][]float32, timbres []Timbre) ([][]float32, error) {
+	c := d.Config
+	W, B := c.Window(), len(states)
+	if B == 0 || B > MaxBatch || len(x0s) != B || len(conds) != B || len(timbres) != B {
+		return nil, fmt.Errorf("meanvc2: step: %d states (at most %d) with %d/%d/%d inputs", B, MaxBatch, len(x0s), len(conds), len(timbres))
 	}
-	if s.offset >= c.OffsetReset {
-		// The reference restarts the offset and drops the caches here (every ~40 s).
-		s.offset = 0
-		clear(s.valid)
+	for b, s := range states {
+		x0, cond, timbre := x0s[b], conds[b], timbres[b]
+		switch {
+		case s.err != nil:
+			return nil, s.err
+		case s.d != d:
+			return nil, fmt.Errorf("meanvc2: step: a state of another model")
+		case slices.Index(states, s) != b:
+			return nil, fmt.Errorf("meanvc2: step: a state twice in one batch")
+		case s.trace && B > 1:
+			return nil, fmt.Errorf("meanvc2: step: a traced state runs alone")
+		case len(x0) != W*c.MelDim:
+			return nil, fmt.Errorf("meanvc2: step: x of %d values, want %d×%d", len(x0), W, c.MelDim)
+		case len(cond) != W*c.BNDim:
+			return nil, fmt.Errorf("meanvc2: step: cond of %d values, want %d×%d", len(cond), W, c.BNDim)
+		case len(timbre.Spk) != c.SpkDim || len(timbre.K) != c.GTMSlots*c.GTMHidden || len(timbre.V) != len(timbre.K):
+			return nil, fmt.Errorf("meanvc2: step: timbre of %d/%d/%d values, want %d and %d×%d", len(timbre.Spk), len(timbre.K), len(timbre.V), c.SpkDim, c.GTMSlots, c.GTMHidden)
+		}
 	}
-	tr := &s.last
-	tr.Offset = s.offset
-	tr.X0 = append(tr.X0[:0], x0...)
-	// The trace's buffers are reused from step to step: no per-step allocation unless
-	// tracing.
+	trace := states[0].trace
+	for b, s := range states {
+		if s.offset >= c.OffsetReset {
+			// The reference restarts the offset and drops the caches here (every ~40 s).
+			s.offset = 0
+			clear(s.valid)
+		}
+		tr := &s.last
+		tr.Offset = s.offset
+		tr.X0 = append(tr.X0[:0], x0s[b]...)
+		// The trace's buffers are reused from step to step: no per-step allocation unless
+		// tracing.
+		if n := len(c.Timesteps); len(tr.Calls) != n {
+			tr.Calls, tr.X = make([]CallTrace, n), make([][]float32, n)
+		}
+		s.xw = append(s.xw[:0], x0s[b]...)
+	}
+	d.progMu.Lock()
+	defer d.progMu.Unlock()
 	n := len(c.Timesteps)
-	if len(tr.Calls) != n {
-		tr.Calls, tr.X = make([]CallTrace, n), make([][]float32, n)
-	}
-	s.xw = append(s.xw[:0], x0...)
-	x := s.xw
+	xn, cn, gn := W*c.MelDim, W*c.BNDim, c.GTMSlots*c.GTMHidden
 	for i, ts := range c.Timesteps {
-		tc := &s.d.times[i]
-		o := stepOpts{commit: i == n-1, trace: s.trace}
-		prog, err := s.cache.Get(fmt.Sprintf("commit=%v,trace=%v", o.commit, o.trace), func() (*engine.Graph, error) {
-			g := s.d.buildStep(s.kc, s.vc, o)
-			return g, g.Err()
-		})
+		tc := &d.times[i]
+		o := stepOpts{commit: i == n-1, trace: trace}
+		prog, err := d.stepProgram(B, o)
 		if err != nil {
 			return nil, fmt.Errorf("meanvc2: step: %w", err)
 		}
-		copy(prog.Input("x"), x)
-		copy(prog.Input("cond"), cond)
-		copy(prog.Input("spk"), timbre.Spk)
-		copy(prog.Input("gtm_k"), timbre.K)
-		copy(prog.Input("gtm_v"), timbre.V)
-		copy(prog.Input("mod"), tc.mod)
-		copy(prog.Input("fin"), tc.fin)
-		s.positions(prog)
-		if err := prog.Run(); err != nil {
-			return nil, fmt.Errorf("meanvc2: step at offset %d: %w", s.offset, err)
-		}
-		u := prog.Output("u")
-		ct := &tr.Calls[i]
-		ct.T, ct.R, ct.U = ts[0], ts[1], append(ct.U[:0], u...)
-		ct.TEmb, ct.REmb, ct.Timbre, ct.InputEmbed, ct.NormOut, ct.Blocks = nil, nil, nil, nil, nil, nil
-		if o.trace {
-			cp := func(name string) []float32 { return append([]float32(nil), prog.Output(name)...) }
-			ct.TEmb, ct.REmb = slices.Clone(tc.tEmb), slices.Clone(tc.rEmb)
-			ct.Timbre, ct.InputEmbed, ct.NormOut = cp("temporal_timbre"), cp("input_embed"), cp("norm_out")
+		x, cond, spk := prog.Input("x"), prog.Input("cond"), prog.Input("spk")
+		gk, gv := prog.Input("gtm_k"), prog.Input("gtm_v")
+		for b, s := range states {
+			copy(x[b*xn:], s.xw)
+			copy(cond[b*cn:], conds[b])
+			copy(spk[b*c.SpkDim:], timbres[b].Spk)
+			copy(gk[b*gn:], timbres[b].K)
+			copy(gv[b*gn:], timbres[b].V)
+			s.positions(prog, b)
 			for l := range c.Depth {
-				ct.Blocks = append(ct.Blocks, cp(fmt.Sprintf("block%d", l)))
+				copy(prog.Input(sessionInput(fmt.Sprintf("k%d", l), b)), s.kc[l])
+				copy(prog.Input(sessionInput(fmt.Sprintf("v%d", l), b)), s.vc[l])
 			}
 		}
+		copy(prog.Input("mod"), tc.mod)
+		copy(prog.Input("fin"), tc.fin)
+		if err := prog.Run(); err != nil {
+			return nil, fmt.Errorf("meanvc2: step at offset %d: %w", states[0].offset, err)
+		}
+		u := prog.Output("u")
 		// float32 like the reference: dt·u rounded, then subtracted.
 		dt := float32(ts[0] - ts[1])
-		for j := range x {
-			x[j] -= dt * u[j]
+		for b, s := range states {
+			ub := u[b*xn : (b+1)*xn]
+			ct := &s.last.Calls[i]
+			ct.T, ct.R, ct.U = ts[0], ts[1], append(ct.U[:0], ub...)
+			ct.TEmb, ct.REmb, ct.Timbre, ct.InputEmbed, ct.NormOut, ct.Blocks = nil, nil, nil, nil, nil, nil
+			if o.trace {
+				cp := func(name string) []float32 { return append([]float32(nil), prog.Output(name)...) }
+				ct.TEmb, ct.REmb = slices.Clone(tc.tEmb), slices.Clone(tc.rEmb)
+				ct.Timbre, ct.InputEmbed, ct.NormOut = cp("temporal_timbre"), cp("input_embed"), cp("norm_out")
+				for l := range c.Depth {
+					ct.Blocks = append(ct.Blocks, cp(fmt.Sprintf("block%d", l)))
+				}
+			}
+			x := s.xw
+			for j := range x {
+				x[j] -= dt * ub[j]
+			}
+			s.last.X[i] = append(s.last.X[i][:0], x...)
+			if o.commit {
+				for l := range c.Depth {
+					copy(s.kc[l], prog.Output(sessionInput(fmt.Sprintf("knew%d", l), b)))
+					copy(s.vc[l], prog.Output(sessionInput(fmt.Sprintf("vnew%d", l), b)))
+				}
+			}
 		}
-		tr.X[i] = append(tr.X[i][:0], x...)
 	}
-	for l := range s.valid {
-		s.valid[l] = min(s.valid[l]+c.ChunkSize, c.CacheFrames(l))
+	mels := make([][]float32, B)
+	for b, s := range states {
+		for l := range s.valid {
+			s.valid[l] = min(s.valid[l]+c.ChunkSize, c.CacheFrames(l))
+		}
+		s.offset += c.ChunkSize
+		s.last.Mel = append(s.last.Mel[:0], s.xw[:c.ChunkSize*c.MelDim]...)
+		mels[b] = s.last.Mel
 	}
-	s.offset += c.ChunkSize
-	tr.Mel = append(tr.Mel[:0], x[:c.ChunkSize*c.MelDim]...)
-	return tr.Mel, nil
+	return mels, nil
+}
+
+// warm compiles the step programs (both calls of a step) for B states.
+func (d *DiT) warm(B int) error {
+	d.progMu.Lock()
+	defer d.progMu.Unlock()
+	for _, commit := range []bool{false, true} {
+		if _, err := d.stepProgram(B, stepOpts{commit: commit}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stepProgram is the compiled step program for B states; d.progMu is held.
+func (d *DiT) stepProgram(B int, o stepOpts) (engine.Program, error) {
+	return d.progs.Get(fmt.Sprintf("B=%d,commit=%v,trace=%v", B, o.commit, o.trace), func() (*engine.Graph, error) {
+		g := d.buildStep(B, o)
+		return g, g.Err()
+	})
 }
 
 // positions fills the RoPE positions and chunk masks for the current caches. Layer l's keys
@@ -300,10 +353,10 @@ func (s *State) Denoise(x0, cond []float32, timbre Timbre) ([]float32, error) {
 // keys (index 0 = oldest valid), a key's chunk is idx/chunk, and the query at timeline
 // index valid+i may see its own chunk, the t_p chunks before it, and the first
 // t_f·BlockSize frames of the next one. Positions are absolute frame indices.
-func (s *State) positions(prog engine.Program) {
+func (s *State) positions(prog engine.Program, b int) {
 	c := s.d.Config
 	W, chunk := c.Window(), c.ChunkSize
-	qpos := prog.InputInt32("qpos")
+	qpos := prog.InputInt32(sessionInput("qpos", b))
 	for i := range qpos {
 		qpos[i] = int32(s.offset + i)
 	}
@@ -312,11 +365,11 @@ func (s *State) positions(prog engine.Program) {
 		capL, n := c.CacheFrames(l), s.valid[l]
 		tp, tf := c.PastChunks[l], c.FutureChunks[l]
 		lk := capL + W
-		kpos := prog.InputInt32(fmt.Sprintf("kpos%d", l))
+		kpos := prog.InputInt32(sessionInput(fmt.Sprintf("kpos%d", l), b))
 		for j := range kpos {
 			kpos[j] = int32(s.offset - capL + j)
 		}
-		mask := prog.Input(fmt.Sprintf("mask%d", l))
+		mask := prog.Input(sessionInput(fmt.Sprintf("mask%d", l), b))
 		for i := range W {
 			cq := (n + i) / chunk
 			row := mask[i*lk : (i+1)*lk]

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -97,4 +98,76 @@ func TestRealSizeStep(t *testing.T) {
 		}
 	}
 	t.Logf("real-size DiT step (2 calls, 1 thread): %v per 120 ms window", el/3)
+}
+
+// At real size a batch of MaxBatch states makes products of 256 rows, past where one
+// session's products would leave the native kernel: each state's mel frames still equal its
+// frames alone (Graph.SetRowGroups keeps the kernel of one session's rows).
+func TestRealSizeBatchMatchesAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates the 71 MB published model")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := randomSource{}
+	for _, s := range RealTensors() {
+		n, fan := 1, s.Shape[len(s.Shape)-1]
+		for _, d := range s.Shape {
+			n *= d
+		}
+		data := make([]float32, n)
+		for i := range data {
+			data[i] = float32(rng.NormFloat64() / math.Sqrt(float64(fan)))
+		}
+		if s.Name == "rotary_embed.inv_freq" {
+			for i := range data {
+				data[i] = float32(math.Pow(10000, -2*float64(i)/float64(2*n)))
+			}
+		}
+		src[s.Name] = struct {
+			data  []float32
+			shape []int
+		}{data, s.Shape}
+	}
+	d, err := LoadDiT(src, DefaultConfig(), cpu(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c := d.Config
+	spk := make([]float32, c.SpkDim)
+	for i := range spk {
+		spk[i] = float32(rng.NormFloat64())
+	}
+	tb, err := d.Timbre(spk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = MaxBatch
+	x0s, conds, tbs := make([][]float32, n), make([][]float32, n), make([]Timbre, n)
+	batched, alone := make([]*State, n), make([]*State, n)
+	for s := range n {
+		x0s[s], conds[s], tbs[s] = make([]float32, c.Window()*c.MelDim), make([]float32, c.Window()*c.BNDim), tb
+		for i := range x0s[s] {
+			x0s[s][i] = float32(rng.NormFloat64())
+		}
+		for i := range conds[s] {
+			conds[s][i] = float32(rng.NormFloat64())
+		}
+		batched[s], alone[s] = d.NewState(), d.NewState()
+	}
+	for step := range 2 {
+		mels, err := d.DenoiseBatch(batched, x0s, conds, tbs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range n {
+			want, err := alone[s].Denoise(x0s[s], conds[s], tbs[s])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(mels[s], want) {
+				t.Fatalf("step %d: state %d of %d batched differs from alone (rel %.3g)", step, s, n, rel(mels[s], want))
+			}
+		}
+	}
 }

@@ -233,8 +233,8 @@ type Model struct {
 
 	mu      sync.Mutex
 	backend engine.Backend
-	progs   map[int]engine.Program // by frame count; a map lookup keeps Push allocation-free
-	istft   *dsp.ISTFT             // Decode's
+	progs   map[progKey]engine.Program // by frame count and batch; a map lookup keeps Push allocation-free
+	istft   *dsp.ISTFT                 // Decode's
 }
 
 // Load binds a vocos weight view (e.g. model.Sub("vocos")) with DefaultConfig.
@@ -259,7 +259,7 @@ func LoadConfig(src weights.Source, cfg Config, backend engine.Backend) (*Model,
 	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("vocos: %w", err)
 	}
-	m := &Model{Dims: d, Config: cfg, backend: backend, progs: map[int]engine.Program{}, w: w}
+	m := &Model{Dims: d, Config: cfg, backend: backend, progs: map[progKey]engine.Program{}, w: w}
 	m.window = w.Window.Data
 	if !w.Window.Present() {
 		m.window = dsp.HannPeriodic(d.NFFT)
@@ -286,9 +286,15 @@ func (m *Model) Close() {
 	nn.Free(m.w)
 }
 
-// maxPrograms bounds the compiled frame counts kept (streaming uses two: first window and
-// the overlapped ones; offline decodes of many lengths would otherwise pile up).
-const maxPrograms = 8
+// maxPrograms bounds the compiled programs kept (streaming uses two a batch size: first
+// window and the overlapped ones; offline decodes of many lengths would otherwise pile up).
+const maxPrograms = 16
+
+// MaxBatch is the most streams one batched program decodes.
+const MaxBatch = 16
+
+// progKey names a program: F frames for each of B windows.
+type progKey struct{ F, B int }
 
 func (m *Model) closePrograms() {
 	for k, p := range m.progs {
@@ -297,12 +303,12 @@ func (m *Model) closePrograms() {
 	}
 }
 
-// program returns the compiled network for F frames; m.mu is held.
-func (m *Model) program(F int) (engine.Program, error) {
-	if p, ok := m.progs[F]; ok {
+// program returns the compiled network for B windows of F frames; m.mu is held.
+func (m *Model) program(F, B int) (engine.Program, error) {
+	if p, ok := m.progs[progKey{F, B}]; ok {
 		return p, nil
 	}
-	g, err := m.build(F)
+	g, err := m.build(F, B)
 	if err != nil {
 		return nil, err
 	}
@@ -313,22 +319,30 @@ func (m *Model) program(F int) (engine.Program, error) {
 	if len(m.progs) >= maxPrograms {
 		m.closePrograms()
 	}
-	m.progs[F] = p
+	m.progs[progKey{F, B}] = p
 	return p, nil
 }
 
-// build is the network for F frames: mel [1, Mels, F] → spectrum re, im [1, F, n_fft/2+1].
-func (m *Model) build(F int) (*engine.Graph, error) {
+// build is the network for B windows of F frames: mel [B, Mels, F] → spectrum re, im
+// [B, F, n_fft/2+1]. Each window's results are bit for bit those it gets alone: the embed
+// conv (whose kernel's blocking follows the batch) runs per window, everything else is
+// row-wise or a row-independent product (Graph.SetRowGroups).
+func (m *Model) build(F, B int) (*engine.Graph, error) {
 	d, cfg := m.Dims, m.Config
-	g := engine.NewGraph(fmt.Sprintf("vocos(F=%d)", F))
+	g := engine.NewGraph(fmt.Sprintf("vocos(F=%d,B=%d)", F, B))
+	g.SetRowGroups(B)
 	w := m.w
 	eps := float32(cfg.LayerNormEps)
 
-	mel := g.Input("mel", engine.F32, 1, int64(d.Mels), int64(F))
+	mel := g.Input("mel", engine.F32, int64(B), int64(d.Mels), int64(F))
 	g.Label("backbone.embed")
 	pad := int64(d.Kernel-1) / 2
-	x := w.Embed.Forward(g, mel, 1, pad, pad, 1)
-	x = g.Transpose(x, 1, 2) // [1, F, Dim]: LayerNorm and the pointwise layers work on channels last
+	embeds := make([]engine.Tensor, B)
+	for b := range B {
+		embeds[b] = w.Embed.Forward(g, g.Slice(mel, 0, int64(b), int64(b)+1), 1, pad, pad, 1)
+	}
+	x := g.Concat(0, embeds...)
+	x = g.Transpose(x, 1, 2) // [B, F, Dim]: LayerNorm and the pointwise layers work on channels last
 	g.Label("backbone.norm")
 	x = w.Norm.Forward(g, x, eps)
 	dwPad := int64(d.DWKernel-1) / 2
@@ -366,7 +380,7 @@ func (m *Model) decodeInto(mel []float32, frames int, st *dsp.ISTFT, out []float
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prog, err := m.program(frames)
+	prog, err := m.program(frames, 1)
 	if err != nil {
 		return nil, fmt.Errorf("vocos: %w", err)
 	}

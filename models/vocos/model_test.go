@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,7 +242,7 @@ func TestStreamNoAllocs(t *testing.T) {
 	}
 	// The engine's Run itself may allocate (cgo.Context.Execute's status word escapes);
 	// Push must add nothing to that.
-	prog := v.progs[14]
+	prog := v.progs[progKey{14, 1}]
 	if prog == nil {
 		t.Fatal("no program for 14 frames")
 	}
@@ -300,5 +301,91 @@ func TestRealDims(t *testing.T) {
 		if len(out) != want || !finite(out) {
 			t.Errorf("step %d: %d samples (want %d), finite %v", step, len(out), want, finite(out))
 		}
+	}
+}
+
+// TestPushBatchMatchesAlone: streams pushed together give each stream bit for bit the audio
+// it gets alone — streams at different steps (so windows with and without overlap frames
+// are batched only with their like), each with its own mel — and bad batches change nothing.
+func TestPushBatchMatchesAlone(t *testing.T) {
+	r, _, v := loadGolden(t)
+	mel, shape, err := r.F32("dit.mel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	per, steps := shape[1]*shape[2], shape[0]
+	const streams = 4
+	// Stream s pushes step (j+s) mod steps at its j-th push, its values scaled by 1 − s/10.
+	input := func(s, j int) []float32 {
+		out := slices.Clone(mel[(j+s)%steps*per : ((j+s)%steps+1)*per])
+		for i := range out {
+			out[i] *= 1 - float32(s)/10
+		}
+		return out
+	}
+	pushes := steps + 2
+	want := make([][]float32, streams)
+	for s := range streams {
+		st, _ := v.NewStream()
+		for j := range pushes {
+			e, err := st.Push(input(s, j))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[s] = append(want[s], e...)
+		}
+		want[s] = append(want[s], st.Flush()...)
+	}
+	ss := make([]*Stream, streams)
+	for s := range ss {
+		ss[s], _ = v.NewStream()
+	}
+	got := make([][]float32, streams)
+	// Stream s starts at push s: a batch holds streams on their first window and on later ones.
+	for j := 0; j < pushes+streams; j++ {
+		var first, later []*Stream
+		var firstIn, laterIn [][]float32
+		var firstIdx, laterIdx []int
+		for s := range streams {
+			k := j - s
+			if k < 0 || k >= pushes {
+				continue
+			}
+			if k == 0 {
+				first, firstIn, firstIdx = append(first, ss[s]), append(firstIn, input(s, k)), append(firstIdx, s)
+			} else {
+				later, laterIn, laterIdx = append(later, ss[s]), append(laterIn, input(s, k)), append(laterIdx, s)
+			}
+		}
+		if len(first) > 0 && len(later) > 0 {
+			if _, err := v.PushBatch(append(slices.Clone(first), later...), append(slices.Clone(firstIn), laterIn...)); err == nil {
+				t.Fatal("windows of two lengths in one batch: no error")
+			}
+		}
+		for _, b := range []struct {
+			streams []*Stream
+			in      [][]float32
+			idx     []int
+		}{{first, firstIn, firstIdx}, {later, laterIn, laterIdx}} {
+			if len(b.streams) == 0 {
+				continue
+			}
+			outs, err := v.PushBatch(b.streams, b.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range b.idx {
+				got[s] = append(got[s], outs[i]...)
+			}
+		}
+	}
+	for s := range streams {
+		got[s] = append(got[s], ss[s].Flush()...)
+		if !slices.Equal(got[s], want[s]) {
+			t.Errorf("stream %d batched differs from the stream alone", s)
+		}
+	}
+	if _, err := v.PushBatch([]*Stream{ss[0], ss[0]}, [][]float32{input(0, 0), input(0, 0)}); err == nil {
+		t.Error("a stream twice in one batch: no error")
 	}
 }

@@ -55,13 +55,106 @@ func (m *Model) NewStream() (*Stream, error) {
 // the DiT's [−1, 1] domain, and returns the audio now final. The slice is the Stream's and
 // valid until the next call.
 func (s *Stream) Push(mel []float32) ([]float32, error) {
+	streams, mels := [1]*Stream{s}, [1][]float32{mel}
+	if err := s.m.push(streams[:], mels[:]); err != nil {
+		return nil, err
+	}
+	return s.emit, nil
+}
+
+// Warm compiles the program for batches of B windows of F frames ahead of their first use.
+func (m *Model) Warm(F, B int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, err := m.program(F, B)
+	return err
+}
+
+// Frames is the length of the window a Push of values mel values decodes: the overlap
+// frames kept from the last Push and the new ones.
+func (s *Stream) Frames(values int) int { return s.nPrev + values/s.m.Dims.Mels }
+
+// PushBatch is Push for several streams of the model at once (distinct, at most MaxBatch,
+// each window of the same frame count): one program decodes every window, and each stream's
+// audio is bit for bit what Push gives it alone. Each result is owned by its Stream until
+// its next call. On an error no stream has changed.
+func (m *Model) PushBatch(streams []*Stream, mels [][]float32) ([][]float32, error) {
+	if err := m.push(streams, mels); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(streams))
+	for b, s := range streams {
+		out[b] = s.emit
+	}
+	return out, nil
+}
+
+func (m *Model) push(streams []*Stream, mels [][]float32) error {
+	B := len(streams)
+	if B == 0 || B > MaxBatch || len(mels) != B {
+		return fmt.Errorf("vocos: %d streams (at most %d) for %d pushes", B, MaxBatch, len(mels))
+	}
+	F := 0
+	for b, s := range streams {
+		if s.m != m {
+			return fmt.Errorf("vocos: a stream of another model")
+		}
+		for _, o := range streams[:b] {
+			if o == s {
+				return fmt.Errorf("vocos: a stream twice in one batch")
+			}
+		}
+		f, err := s.prepare(mels[b])
+		if err != nil {
+			return err
+		}
+		if b > 0 && f != F {
+			return fmt.Errorf("vocos: batched windows of %d and %d frames", F, f)
+		}
+		F = f
+	}
+	nm, nb := m.Dims.Mels, m.Dims.NFFT/2+1
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	prog, err := m.program(F, B)
+	if err != nil {
+		return fmt.Errorf("vocos: %w", err)
+	}
+	in := prog.Input("mel")
+	for b, s := range streams {
+		copy(in[b*nm*F:], s.window)
+	}
+	if err := prog.Run(); err != nil {
+		return fmt.Errorf("vocos: run: %w", err)
+	}
+	re, im := prog.Output("re"), prog.Output("im")
+	w := m.Config.WavOverlap
+	for b, s := range streams {
+		d, err := s.istft.Inverse(re[b*F*nb:(b+1)*F*nb], im[b*F*nb:(b+1)*F*nb], F, s.decoded)
+		if err != nil {
+			return fmt.Errorf("vocos: %w", err)
+		}
+		s.decoded = d
+		if len(d) < w || (s.hasTail && len(d) < 2*w) {
+			return fmt.Errorf("vocos: %d frames decode to %d samples, too few for the %d-sample crossfade", F, len(d), w)
+		}
+	}
+	for _, s := range streams {
+		s.finish(F)
+	}
+	return nil
+}
+
+// prepare builds the vocoder input for mel (the window [Mels, F]: cached frames then the new
+// ones, transposed and mapped (mel+1)/2) and the next window's overlap frames, leaving the
+// stream's state as it was; it returns F.
+func (s *Stream) prepare(mel []float32) (int, error) {
 	nm := s.m.Dims.Mels
 	if len(mel) == 0 || len(mel)%nm != 0 {
-		return nil, fmt.Errorf("vocos: stream push of %d values is not whole frames of %d bins", len(mel), nm)
+		return 0, fmt.Errorf("vocos: stream push of %d values is not whole frames of %d bins", len(mel), nm)
 	}
 	n := len(mel) / nm
 	F := s.nPrev + n
-	// Window [Mels, F]: cached frames then the new ones, transposed and mapped (mel+1)/2.
 	if cap(s.window) < F*nm {
 		s.window = make([]float32, F*nm)
 	}
@@ -82,18 +175,17 @@ func (s *Stream) Push(mel []float32) ([]float32, error) {
 	for k := range keep {
 		copy(s.next[k*nm:(k+1)*nm], frame(F-keep+k))
 	}
-	decoded, err := s.m.decodeInto(s.window, F, s.istft, s.decoded)
-	if err != nil {
-		return nil, err // the stream state is as before the call
-	}
-	s.decoded, s.frames = decoded, F
+	return F, nil
+}
+
+// finish commits a decoded window of F frames (s.decoded): the overlap for the next one,
+// the crossfade with the held-back tail, and the new tail.
+func (s *Stream) finish(F int) {
+	s.frames = F
 	w := len(s.tail)
 	d := s.decoded
-	if len(d) < w || (s.hasTail && len(d) < 2*w) {
-		return nil, fmt.Errorf("vocos: %d frames decode to %d samples, too few for the %d-sample crossfade", F, len(d), w)
-	}
 	s.prev, s.next = s.next, s.prev
-	s.nPrev = keep
+	s.nPrev = min(s.m.Config.Overlap, F)
 	s.emit = s.emit[:0]
 	body := d[:len(d)-w]
 	if s.hasTail {
@@ -105,7 +197,6 @@ func (s *Stream) Push(mel []float32) ([]float32, error) {
 	s.emit = append(s.emit, body...)
 	copy(s.tail, d[len(d)-w:])
 	s.hasTail = true
-	return s.emit, nil
 }
 
 // Flush returns the held-back tail (empty before any Push) and resets the stream.
