@@ -49,9 +49,10 @@ type TTSCapacity struct {
 // (stream.SchedulerStats).
 type SchedulerCapacity struct {
 	Workers  int `json:"workers"`
+	Cores    int `json:"cores"`    // what load is a fraction of
 	Sessions int `json:"sessions"` // live sessions it runs (WebRTC and phone calls)
 	Queued   int `json:"queued"`   // sessions whose step waits for a worker
-	// Load is the fraction of the workers' time spent in steps over the last second; from
+	// Load is the step time over the last second as a fraction of the cores' time; from
 	// SaturatedLoad on, sessions with a model voice are refused (Saturated).
 	Load          float64 `json:"load"`
 	ExpectedLoad  float64 `json:"expected_load"` // if every open session spoke (their voices' learned costs)
@@ -75,7 +76,7 @@ func (c Config) capacity() Capacity {
 	}
 	if c.Scheduler != nil {
 		st := c.Scheduler.Stats()
-		out.Scheduler = &SchedulerCapacity{Workers: st.Workers, Sessions: st.Sessions, Queued: st.Queued,
+		out.Scheduler = &SchedulerCapacity{Workers: st.Workers, Cores: st.Cores, Sessions: st.Sessions, Queued: st.Queued,
 			Load: round3(st.Load), ExpectedLoad: round3(st.ExpectedLoad), SaturatedLoad: stream.SaturatedLoad, Saturated: st.Load >= stream.SaturatedLoad}
 		out.Load = st.Load
 		if out.Scheduler.Saturated {

@@ -72,7 +72,7 @@ func (s *Scheduler) expectedLoad(except *Live) float64 {
 			sum += c
 		}
 	}
-	return sum / float64(s.workers)
+	return sum / float64(s.cores)
 }
 
 // Admit reports whether a session of voice fits: with its learned cost added to what the open
@@ -84,12 +84,12 @@ func (s *Scheduler) Admit(voice string, replacing *Live) bool {
 	measured := s.load()
 	if replacing != nil && !replacing.builtin.Load() {
 		if own, ok := s.costs.get(replacing.sess.Voice()); ok {
-			measured -= own / float64(s.workers) // at most its share of what was measured
+			measured -= own / float64(s.cores) // at most its share of what was measured
 		}
 	}
 	load := max(s.expectedLoad(replacing), measured)
 	cost, _ := s.costs.get(voice)
-	return load+cost/float64(s.workers) < SaturatedLoad
+	return load+cost/float64(s.cores) < SaturatedLoad
 }
 
 // noteCost adds one step to the session's cost window and reports a full window to the

@@ -11,9 +11,9 @@ import (
 
 // Scheduler owns model work: live sessions submit their due chunks, and a fixed set of
 // workers runs them, so no network clock ever waits on a model. A session is queued at most
-// once at a time, so the queue is bounded by the number of sessions. (A worker takes one
-// session's work at a time today; running the same step of several sessions together is the
-// batching that this shape leaves room for.)
+// once at a time, so the queue is bounded by the number of sessions. A worker takes one
+// session's work at a time; there are more workers than cores so that many sessions' steps
+// reach a model at once, and a model that batches (MeanVC2) runs them together.
 type Scheduler struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -22,6 +22,7 @@ type Scheduler struct {
 	wg     sync.WaitGroup
 
 	workers int
+	cores   int                // what the load is a fraction of (see load)
 	live    atomic.Int64       // open Live sessions
 	open    map[*Live]struct{} // the same, under mu, for the expected load
 	costs   voiceCosts
@@ -38,12 +39,19 @@ type Scheduler struct {
 	}
 }
 
-// NewScheduler starts workers goroutines (≤ 0: one per CPU).
+// ConcurrentSteps is the default number of workers: the most sessions whose steps reach the
+// models at once (at least one per CPU).
+const ConcurrentSteps = 16
+
+// NewScheduler starts workers goroutines, whose load is counted against as many cores; ≤ 0:
+// max(ConcurrentSteps, CPUs) workers against one core per CPU.
 func NewScheduler(workers int) *Scheduler {
+	cores := workers
 	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+		cores = runtime.GOMAXPROCS(0)
+		workers = max(ConcurrentSteps, cores)
 	}
-	s := &Scheduler{workers: workers, running: make([]atomic.Int64, workers), open: map[*Live]struct{}{}}
+	s := &Scheduler{workers: workers, cores: cores, running: make([]atomic.Int64, workers), open: map[*Live]struct{}{}}
 	s.cond = sync.NewCond(&s.mu)
 	s.window.at = time.Now()
 	s.mark.Store(s.window.at.UnixNano())
@@ -67,10 +75,12 @@ func (s *Scheduler) Close() {
 // SchedulerStats describe the load on a scheduler.
 type SchedulerStats struct {
 	Workers  int
+	Cores    int
 	Sessions int
 	Queued   int
-	// Load is the fraction of the workers' time spent in steps over the last second or so
-	// (1 = every worker busy all the time).
+	// Load is the time spent in steps over the last second or so, as a fraction of the
+	// cores' time (1 = as much step time as the cores have). Steps waiting on a shared model
+	// count while they wait, and a model's own threads are not seen: it is an estimate.
 	Load float64
 	// ExpectedLoad is the load the open sessions would make if all of them spoke, from
 	// their voices' learned costs (see Admit).
@@ -82,7 +92,7 @@ func (s *Scheduler) Stats() SchedulerStats {
 	s.mu.Lock()
 	q := len(s.queue)
 	s.mu.Unlock()
-	return SchedulerStats{Workers: s.workers, Sessions: int(s.live.Load()), Queued: q, Load: s.load(), ExpectedLoad: s.expectedLoad(nil)}
+	return SchedulerStats{Workers: s.workers, Cores: s.cores, Sessions: int(s.live.Load()), Queued: q, Load: s.load(), ExpectedLoad: s.expectedLoad(nil)}
 }
 
 // SaturatedLoad is the load (SchedulerStats.Load) from which HasCapacity says no.
@@ -107,7 +117,7 @@ func (s *Scheduler) load() float64 {
 				busy += end - max(start, mark) // the running step's part in this window
 			}
 		}
-		w.load = float64(busy) / float64(d) / float64(s.workers)
+		w.load = float64(busy) / float64(d) / float64(s.cores)
 		w.at = now
 	}
 	return w.load

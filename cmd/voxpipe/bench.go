@@ -75,8 +75,8 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Fprintf(stdout, "loopback %s ×%d for %.0f s: latency p50 %.1f ms, p95 %.1f ms; CPU %.2f%% per session; late frames %d of %d (slow chunks %d of %d); dropped %.0f ms; clicks found %d/%d\n",
-		res.Voice, res.Sessions, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateFrames, res.Frames, res.SlowChunks, res.Chunks, res.DroppedMs, res.ClicksFound, res.ClicksSent)
+	fmt.Fprintf(stdout, "loopback %s ×%d for %.0f s: latency p50 %.1f ms, p95 %.1f ms; CPU %.2f%% per session; late frames %d of %d (after the first 2 s: %d of %d) (slow chunks %d of %d); dropped %.0f ms; clicks found %d/%d\n",
+		res.Voice, res.Sessions, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateFrames, res.Frames, res.SteadyLateFrames, res.SteadyFrames, res.SlowChunks, res.Chunks, res.DroppedMs, res.ClicksFound, res.ClicksSent)
 	fmt.Fprintf(stdout, "  server latency p50 %.1f ms, p95 %.1f ms = algorithmic %.1f ms (voice, frame, resamplers) + jitter target %.1f ms + output cushion %.1f ms + the rest; rtf %.3f; real time: %v\n",
 		res.ServerP50, res.ServerP95, res.AlgorithmicMs, res.JitterTargetMs, res.OutputBufferMs, res.RTF, res.RealTime)
 	return nil
@@ -108,6 +108,11 @@ type loopbackResult struct {
 	LateFrames  int     `json:"late_frames"`
 	Frames      int     `json:"frames"`
 	LatePercent float64 `json:"late_frames_percent"`
+	// The same from each session's second stats report (about 2 s in) on: the steady state,
+	// without the start, where the output cushion is still adapting to the load.
+	SteadyLateFrames  int     `json:"steady_late_frames"`
+	SteadyFrames      int     `json:"steady_frames"`
+	SteadyLatePercent float64 `json:"steady_late_frames_percent"`
 	SlowChunks  int     `json:"slow_chunks"`
 	Chunks      int     `json:"chunks"`
 	DroppedMs   float64 `json:"dropped_ms"`
@@ -204,6 +209,10 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 		if st := c.Stats(); len(st) > 0 {
 			last := st[len(st)-1]
 			res.LateFrames += last.Queue.Underflows
+			if len(st) > 2 {
+				res.SteadyLateFrames += last.Queue.Underflows - st[1].Queue.Underflows
+				res.SteadyFrames += (len(st) - 2) * 50 // a report a second
+			}
 			res.SlowChunks += last.LateChunks
 			res.Chunks += last.Chunks
 			res.DroppedMs += last.DroppedMs
@@ -242,6 +251,9 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	}
 	if processN > 0 {
 		res.RTF = process / float64(processN) / 20
+	}
+	if res.SteadyFrames > 0 {
+		res.SteadyLatePercent = 100 * float64(res.SteadyLateFrames) / float64(res.SteadyFrames)
 	}
 	res.RealTime = res.LatePercent < 1
 	if pid != 0 && cpuErr == nil {
@@ -329,4 +341,20 @@ func cpuTime(pid int) (time.Duration, error) {
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	const ticks = 100 // USER_HZ on Linux
 	return time.Duration(ut+st) * time.Second / ticks, nil
+}
+
+// parseCounts reads a comma-separated list of counts from 1 to most (empty: none).
+func parseCounts(flag, value string, most int) ([]int, error) {
+	var counts []int
+	for f := range strings.SplitSeq(value, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > most {
+			return nil, fmt.Errorf("%s %q: want counts from 1 to %d, comma-separated", flag, value, most)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
 }

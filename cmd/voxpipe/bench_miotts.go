@@ -100,16 +100,9 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
-	var streamCounts []int
-	for f := range strings.SplitSeq(*streams, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 1 || n > 64 {
-			return fmt.Errorf("--streams %q: want counts from 1 to 64, comma-separated", *streams)
-		}
-		streamCounts = append(streamCounts, n)
+	streamCounts, err := parseCounts("--streams", *streams, 64)
+	if err != nil {
+		return err
 	}
 	if *model == "" || *codec == "" {
 		fs.Usage()

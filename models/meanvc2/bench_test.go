@@ -1,9 +1,15 @@
 package meanvc2
 
 import (
+	"fmt"
 	"math"
+	"os"
 	"slices"
 	"testing"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/models/conformer"
+	"github.com/voxpipe/voxpipe/models/vocos"
 )
 
 // The benchmark helpers run on the golden model and report sane numbers (timings are not
@@ -76,4 +82,78 @@ func mustTimbre(t *testing.T, m *Model) Timbre {
 		t.Fatal(err)
 	}
 	return tb
+}
+
+// BenchmarkBatch times one batched program per stage for B streams of a real-size model
+// (VOXPIPE_MEANVC2_MODEL: `voxpipe mkmodel --family meanvc2`): an ASR window, a DiT step
+// (both calls) and a vocoder step, each for B streams at once. ms/stream is the batch's time
+// over B: what batching saves is the weights read once for all B.
+func BenchmarkBatch(b *testing.B) {
+	path := os.Getenv("VOXPIPE_MEANVC2_MODEL")
+	if path == "" {
+		b.Skip("set VOXPIPE_MEANVC2_MODEL to a real-size MeanVC2 file (voxpipe mkmodel --family meanvc2)")
+	}
+	be, err := engine.NewCPU(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	m, err := Load(path, be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	c := m.Config
+	target, err := m.Timbre(make([]float32, c.SpkDim))
+	if err != nil {
+		b.Fatal(err)
+	}
+	win := m.ASR.Config.Stream.Window
+	for _, n := range []int{1, 2, 4, 8, 16} {
+		ss := make([]*Stream, n)
+		for i := range ss {
+			if ss[i], err = m.NewStream(target); err != nil {
+				b.Fatal(err)
+			}
+			defer ss[i].Close()
+		}
+		asr, frames, offsets := make([]*conformer.State, n), make([][]float32, n), make([]int, n)
+		dit, x0s, conds, tbs := make([]*State, n), make([][]float32, n), make([][]float32, n), make([]Timbre, n)
+		voc, mels := make([]*vocos.Stream, n), make([][]float32, n)
+		for i, s := range ss {
+			asr[i], frames[i], offsets[i] = s.asr, make([]float32, win*m.ASR.Config.InputDim), m.ASR.Config.Stream.RequiredCache
+			dit[i], x0s[i], conds[i], tbs[i] = s.dit, make([]float32, c.Window()*c.MelDim), make([]float32, c.Window()*c.BNDim), target
+			voc[i], mels[i] = s.voc, make([]float32, c.ChunkSize*c.MelDim)
+		}
+		stages := []struct {
+			name string
+			run  func() error
+		}{
+			{"asr", func() error { _, err := m.ASR.ForwardBatch(asr, frames, offsets); return err }},
+			{"dit", func() error {
+				for _, s := range dit {
+					s.SetOffset(0) // stay clear of the offset reset
+				}
+				_, err := m.DiT.DenoiseBatch(dit, x0s, conds, tbs)
+				return err
+			}},
+			{"vocoder", func() error { _, err := m.Vocoder.PushBatch(voc, mels); return err }},
+		}
+		for _, st := range stages {
+			b.Run(fmt.Sprintf("%s/B=%d", st.name, n), func(b *testing.B) {
+				if err := st.run(); err != nil { // compile
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for range b.N {
+					if err := st.run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				per := float64(b.Elapsed().Microseconds()) / 1000 / float64(b.N)
+				b.ReportMetric(per, "ms/batch")
+				b.ReportMetric(per/float64(n), "ms/stream")
+			})
+		}
+	}
 }

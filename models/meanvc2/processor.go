@@ -54,6 +54,8 @@ type Model struct {
 
 	liveMu sync.Mutex
 	live   map[int]schedule // LiveSchedule's, by piece size
+
+	batch batcher // the streams' model work, batched across streams (batch.go)
 }
 
 // Load opens an audio.cpp MeanVC2 GGUF, checks its family and loads every component. Missing
@@ -277,6 +279,9 @@ type Stream struct {
 
 	dry     bool // scheduling only (LiveSchedule): no model runs
 	dryPrev int  // a dry stream's vocoder overlap frames
+
+	job    job // this stream's model request (batch.go), reused
+	closed bool
 }
 
 // NewStream starts a conversion into the target voice (Model.Timbre or VoiceFromClip).
@@ -300,10 +305,14 @@ func (m *Model) NewStream(target Timbre) (*Stream, error) {
 	s := &Stream{m: m, fe: fe, asr: asr, voc: voc, dit: m.DiT.NewState(), cond: m.Config.NewCondBuffer(),
 		target: target, seed: DefaultSeed, bnPerWin: conformer.OutFrames(m.ASR.Config.Stream.Window),
 		adapter: condAdapter{dim: m.Config.BNDim, points: m.Config.Runtime.VCChunkFrames}}
-	if s.dit.err != nil {
-		err := s.dit.err
+	s.job = job{s: s, done: make(chan struct{}, 1)}
+	m.exec.Lock()
+	m.batch.open++
+	err = m.warm(m.batch.open)
+	m.exec.Unlock()
+	if err != nil {
 		s.Close()
-		return nil, err
+		return nil, fmt.Errorf("meanvc2: stream: batch programs: %w", err)
 	}
 	return s, nil
 }
@@ -427,8 +436,12 @@ func (s *Stream) Reset() {
 	s.steps, s.chunkSteps, s.err = 0, 0, nil
 }
 
-// Close frees the stream's caches and programs.
+// Close frees the stream's caches.
 func (s *Stream) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
 	if s.asr != nil {
 		s.asr.Close()
 	}
@@ -436,38 +449,37 @@ func (s *Stream) Close() {
 		s.dit.Close()
 	}
 	s.err = errors.New("meanvc2: stream is closed")
+	if !s.dry {
+		s.m.exec.Lock()
+		s.m.batch.open--
+		s.m.exec.Unlock()
+	}
 }
 
 // SessionBytes is what one more stream costs: its caches (ASR attention and conv caches, DiT
-// KV caches), the arenas and I/O buffers of the DiT programs compiled for its caches (they are
-// compiled here if no step ran yet), and the host-side buffers of the front end, condition
-// queue and vocoder overlap. Not counted: the ASR program's arena (models/conformer does not
-// expose its State's program statistics); weights are shared and not counted.
+// KV caches), its share of the DiT step programs' inputs and outputs (the programs are the
+// model's, shared by every stream; their arenas are not counted per stream), and the
+// host-side buffers of the front end, condition queue and vocoder overlap. Not counted: the
+// ASR program's arena (models/conformer does not expose its State's program statistics);
+// weights are shared and not counted.
 func (s *Stream) SessionBytes() (int64, error) {
 	c := s.m.Config
 	n := int64(len(s.asr.AttCache())+len(s.asr.CNNCache())) * 4
 	for l := range s.dit.kc {
-		n += s.dit.kc[l].Bytes() + s.dit.vc[l].Bytes()
+		n += int64(len(s.dit.kc[l])+len(s.dit.vc[l])) * 4
 	}
-	seen := map[string]bool{}
 	for i := range c.Timesteps {
 		o := stepOpts{commit: i == len(c.Timesteps)-1}
-		key := fmt.Sprintf("commit=%v,trace=%v", o.commit, o.trace)
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
+		d := s.m.DiT
 		s.m.exec.Lock() // compiling allocates through the backend too
-		prog, err := s.dit.cache.Get(key, func() (*engine.Graph, error) {
-			g := s.m.DiT.buildStep(s.dit.kc, s.dit.vc, o)
-			return g, g.Err()
-		})
+		d.progMu.Lock()
+		prog, err := d.stepProgram(1, o)
+		d.progMu.Unlock()
 		s.m.exec.Unlock()
 		if err != nil {
 			return 0, fmt.Errorf("meanvc2: session bytes: %w", err)
 		}
-		st := prog.Stats()
-		n += st.ArenaBytes + st.IOBytes
+		n += prog.Stats().IOBytes
 	}
 	a, rt := s.m.ASR.Config, c.Runtime
 	frameLen := int(float64(a.Fbank.SampleRate) * a.Fbank.FrameLengthMs * 0.001)
@@ -615,16 +627,17 @@ func (s *Stream) beginChunk(windows int) {
 // steps they complete.
 func (s *Stream) window(frames []float32, offset int) error {
 	var bn []float32
-	var err error
 	if s.dry {
 		bn = make([]float32, s.bnPerWin*s.m.Config.BNDim)
 	} else {
-		s.m.exec.Lock()
-		bn, err = s.asr.Forward(frames, offset)
-		s.m.exec.Unlock()
-	}
-	if err != nil {
-		return err
+		j := &s.job
+		j.kind, j.key, j.frames, j.offset = asrJob, len(frames), frames, offset
+		err := s.m.run(j)
+		j.frames = nil
+		if err != nil {
+			return err
+		}
+		bn = j.bn
 	}
 	s.chunkWindows++
 	s.cond.Push(s.adapter.add(nil, bn))
@@ -670,19 +683,28 @@ func (s *Stream) step(cond []float32) error {
 	if s.noise != nil {
 		raw = s.noise(s.steps)
 	}
-	s.m.exec.Lock()
-	defer s.m.exec.Unlock()
-	mel, err := s.dit.Step(cond, s.target, raw)
+	x0, err := s.dit.Noise(raw)
 	if err != nil {
 		s.err = fmt.Errorf("meanvc2: DiT step %d: %w", s.steps, err)
 		return s.err
 	}
-	s.steps++
-	wav, err := s.voc.Push(mel)
-	if err != nil {
-		s.err = fmt.Errorf("meanvc2: vocoder step %d: %w", s.steps-1, err)
+	j := &s.job
+	j.kind, j.key, j.x0, j.cond, j.target = stepJob, 0, x0, cond, s.target
+	if s.dit.trace {
+		j.key = -1 // a traced step runs alone
+	}
+	err = s.m.run(j)
+	j.x0, j.cond, j.mel = nil, nil, nil
+	switch {
+	case err != nil && j.ditErr:
+		s.err = fmt.Errorf("meanvc2: DiT step %d: %w", s.steps, err)
+		return s.err
+	case err != nil:
+		s.err = fmt.Errorf("meanvc2: vocoder step %d: %w", s.steps, err)
+		s.steps++
 		return s.err
 	}
-	s.out = append(s.out, wav...)
+	s.steps++
+	s.out = append(s.out, j.wav...)
 	return nil
 }

@@ -1,0 +1,321 @@
+package meanvc2
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/voxpipe/voxpipe/models/conformer"
+	"github.com/voxpipe/voxpipe/models/vocos"
+)
+
+// The streams of a Model run their model work through its batcher: an ASR window, or a DiT
+// step with its vocoder step, is a job. A job that finds the model idle runs at once on its
+// caller's goroutine, alone, as it always did: batching adds no wait. Jobs that arrive while
+// a batch runs queue up, and the next batch takes every queued job of the oldest one's kind
+// and shape together — a power of two of them, up to MaxBatch, so that five program sizes
+// serve every batch: one program per stage reads each weight once for all of them, and each
+// stream's results are bit for bit those it gets alone (the batched programs keep every
+// stream's rows apart, see DiT.DenoiseBatch, conformer.ForwardBatch and vocos.PushBatch).
+// So the busier the model, the larger its batches, and the cheaper each stream's share of
+// the weight reads that bound these small products. The programs of each batch size are
+// compiled when the open streams first reach it (NewStream), not in a stream's step.
+
+type jobKind uint8
+
+const (
+	asrJob  jobKind = iota // one ASR window: frames at offset → bn
+	stepJob                // one DiT step on x0, cond → mel, then the vocoder on it → wav
+)
+
+// job is one stream's request; a Stream has at most one in flight, so it reuses its own.
+type job struct {
+	kind jobKind
+	key  int // jobs batch only with jobs of the same kind and key (ASR: frames; a traced step: −1, alone)
+	s    *Stream
+
+	frames []float32 // asrJob
+	offset int
+	bn     []float32
+
+	x0, cond []float32 // stepJob
+	target   Timbre
+	mel, wav []float32
+	ditErr   bool // err came from the DiT (else the vocoder)
+
+	err  error
+	done chan struct{} // receives once the job has run (capacity 1)
+}
+
+// batcher queues the jobs of a Model's streams.
+type batcher struct {
+	mu      sync.Mutex
+	queue   []*job
+	running bool // a goroutine is running batches
+	limit   int  // the most jobs a batch takes (SetBatchLimit; 0: MaxBatch)
+	open    int  // streams open (NewStream − Close), under the model's exec lock
+	warmed  int  // the largest batch size whose programs warm compiled
+
+	// Batch statistics: batches run and jobs in them, by kind; time spent running them.
+	batches, jobs [2]atomic.Int64
+	busy          atomic.Int64 // ns
+}
+
+// BatchStats reports how the model's streams shared programs since load: batches run and
+// the jobs (stream requests) they held, for ASR windows and DiT+vocoder steps.
+type BatchStats struct {
+	ASRBatches, ASRWindows int64
+	StepBatches, Steps     int64
+	Busy                   time.Duration // running batches (the model's programs and the host work between them)
+}
+
+// BatchStats: see the type.
+func (m *Model) BatchStats() BatchStats {
+	b := &m.batch
+	return BatchStats{ASRBatches: b.batches[asrJob].Load(), ASRWindows: b.jobs[asrJob].Load(),
+		StepBatches: b.batches[stepJob].Load(), Steps: b.jobs[stepJob].Load(), Busy: time.Duration(b.busy.Load())}
+}
+
+// SetBatchLimit sets the most stream requests one batched program takes (1: no batching;
+// n ≤ 0 or > MaxBatch: MaxBatch, the default). For comparisons: the outputs are the same.
+func (m *Model) SetBatchLimit(n int) {
+	b := &m.batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n <= 0 || n > MaxBatch {
+		n = MaxBatch
+	}
+	b.limit = n
+}
+
+// run queues j and returns once it has run. The caller that finds no batch running runs
+// batches itself until its own job is done, then hands what is left to a new goroutine.
+func (m *Model) run(j *job) error {
+	b := &m.batch
+	b.mu.Lock()
+	b.queue = append(b.queue, j)
+	if b.running {
+		b.mu.Unlock()
+		<-j.done
+		return j.err
+	}
+	b.running = true
+	b.mu.Unlock()
+	for {
+		m.runBatch()
+		select {
+		case <-j.done:
+			m.handOff()
+			return j.err
+		default:
+		}
+	}
+}
+
+// handOff lets a new goroutine run the jobs still queued, or marks the batcher idle.
+func (m *Model) handOff() {
+	b := &m.batch
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.running = false
+		return
+	}
+	go func() {
+		for {
+			m.runBatch()
+			b.mu.Lock()
+			if len(b.queue) == 0 {
+				b.running = false
+				b.mu.Unlock()
+				return
+			}
+			b.mu.Unlock()
+		}
+	}()
+}
+
+// runBatch takes the oldest job and every queued job of its kind and key (up to MaxBatch)
+// and runs them.
+func (m *Model) runBatch() {
+	b := &m.batch
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	first := b.queue[0]
+	limit := b.limit
+	if limit == 0 {
+		limit = MaxBatch
+	}
+	like := 0 // queued jobs that can join first's batch
+	for _, j := range b.queue {
+		if first.key >= 0 && j.kind == first.kind && j.key == first.key {
+			like++
+		}
+	}
+	size := batchSize(min(like, limit))
+	var batch []*job
+	rest := b.queue[:0]
+	for _, j := range b.queue {
+		if j == first || first.key >= 0 && j.kind == first.kind && j.key == first.key && len(batch) < size {
+			batch = append(batch, j)
+		} else {
+			rest = append(rest, j)
+		}
+	}
+	clear(b.queue[len(rest):])
+	b.queue = rest
+	b.mu.Unlock()
+
+	b.batches[first.kind].Add(1)
+	b.jobs[first.kind].Add(int64(len(batch)))
+	for _, j := range batch {
+		j.err, j.ditErr = nil, false
+	}
+	t0 := time.Now()
+	m.runJobs(batch)
+	b.busy.Add(int64(time.Since(t0)))
+	for _, j := range batch {
+		j.done <- struct{}{}
+	}
+}
+
+// batchSize is the largest power of two ≤ n (n ≥ 1): the batch sizes with programs.
+func batchSize(n int) int {
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	return p
+}
+
+// warm compiles the programs of a batch of n streams in the steady state (an ASR window, a
+// DiT step, a vocoder step with its overlap frames) when n is a batch size not seen yet, so
+// that the first batch of that size does not stall its streams on compiling. m.exec is held.
+func (m *Model) warm(n int) error {
+	b := &m.batch
+	if n > MaxBatch || batchSize(n) != n || n <= b.warmed {
+		return nil
+	}
+	if err := m.ASR.Warm(m.ASR.Config.Stream.Window, n); err != nil {
+		return err
+	}
+	if err := m.DiT.warm(n); err != nil {
+		return err
+	}
+	if err := m.Vocoder.Warm(m.Vocoder.Config.Overlap+m.Config.ChunkSize, n); err != nil {
+		return err
+	}
+	b.warmed = n
+	return nil
+}
+
+// runJobs runs one batch of jobs of one kind and records each job's result. A panic fails
+// every job of the batch that has no error yet (the streams are then unusable until Reset,
+// as after any failed step).
+func (m *Model) runJobs(batch []*job) {
+	m.exec.Lock()
+	defer m.exec.Unlock()
+	defer func() {
+		if p := recover(); p != nil {
+			for _, j := range batch {
+				if j.err == nil {
+					j.err = fmt.Errorf("meanvc2: panic in a batched run: %v", p)
+				}
+			}
+		}
+	}()
+	if batch[0].kind == asrJob {
+		tryBatch(batch, m.runASR)
+		return
+	}
+	tryBatch(batch, m.runDiT)
+	var ok []*job
+	for _, j := range batch {
+		if j.err == nil {
+			ok = append(ok, j)
+		} else {
+			j.ditErr = true
+		}
+	}
+	// The vocoder batches by window length (a stream's first window has no overlap frames).
+	for len(ok) > 0 {
+		f := ok[0].s.voc.Frames(len(ok[0].mel))
+		var same, rest []*job
+		for _, j := range ok {
+			if j.s.voc.Frames(len(j.mel)) == f {
+				same = append(same, j)
+			} else {
+				rest = append(rest, j)
+			}
+		}
+		tryBatch(same, m.runVocoder)
+		ok = rest
+	}
+}
+
+// tryBatch runs jobs through run, which changes no stream when it fails; a batch that fails
+// runs again a job at a time, so one stream's bad request fails only that stream.
+func tryBatch(jobs []*job, run func([]*job) error) {
+	err := run(jobs)
+	if err == nil {
+		return
+	}
+	if len(jobs) == 1 {
+		jobs[0].err = err
+		return
+	}
+	for _, j := range jobs {
+		if err := run([]*job{j}); err != nil {
+			j.err = err
+		}
+	}
+}
+
+func (m *Model) runASR(batch []*job) error {
+	states, windows, offsets := make([]*conformer.State, len(batch)), make([][]float32, len(batch)), make([]int, len(batch))
+	for i, j := range batch {
+		states[i], windows[i], offsets[i] = j.s.asr, j.frames, j.offset
+	}
+	out, err := m.ASR.ForwardBatch(states, windows, offsets)
+	if err != nil {
+		return err
+	}
+	for i, j := range batch {
+		j.bn = out[i]
+	}
+	return nil
+}
+
+func (m *Model) runDiT(batch []*job) error {
+	states, x0s, conds, targets := make([]*State, len(batch)), make([][]float32, len(batch)), make([][]float32, len(batch)), make([]Timbre, len(batch))
+	for i, j := range batch {
+		states[i], x0s[i], conds[i], targets[i] = j.s.dit, j.x0, j.cond, j.target
+	}
+	mels, err := m.DiT.DenoiseBatch(states, x0s, conds, targets)
+	if err != nil {
+		return err
+	}
+	for i, j := range batch {
+		j.mel = mels[i]
+	}
+	return nil
+}
+
+func (m *Model) runVocoder(batch []*job) error {
+	streams, mels := make([]*vocos.Stream, len(batch)), make([][]float32, len(batch))
+	for i, j := range batch {
+		streams[i], mels[i] = j.s.voc, j.mel
+	}
+	wavs, err := m.Vocoder.PushBatch(streams, mels)
+	if err != nil {
+		return err
+	}
+	for i, j := range batch {
+		j.wav = wavs[i]
+	}
+	return nil
+}
