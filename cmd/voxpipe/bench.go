@@ -113,10 +113,10 @@ type loopbackResult struct {
 	SteadyLateFrames  int     `json:"steady_late_frames"`
 	SteadyFrames      int     `json:"steady_frames"`
 	SteadyLatePercent float64 `json:"steady_late_frames_percent"`
-	SlowChunks  int     `json:"slow_chunks"`
-	Chunks      int     `json:"chunks"`
-	DroppedMs   float64 `json:"dropped_ms"`
-	ServerMs    float64 `json:"server_latency_ms_mean"`
+	SlowChunks        int     `json:"slow_chunks"`
+	Chunks            int     `json:"chunks"`
+	DroppedMs         float64 `json:"dropped_ms"`
+	ServerMs          float64 `json:"server_latency_ms_mean"`
 	// The server's own measurement, once a second per session (what a voice model's output
 	// can be measured by when it turns clicks into something else), and its designed parts.
 	ServerP50      float64 `json:"server_latency_ms_p50"`

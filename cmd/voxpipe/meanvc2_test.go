@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -232,6 +233,19 @@ func TestServeMeanVC2(t *testing.T) {
 	embs, _ := filepath.Glob(filepath.Join(o.voicesDir, "embeddings", "*"))
 	if len(embs) == 0 {
 		t.Error("no embedding cached in the voice library directory")
+	}
+	// The session's steps went through the model's batcher, and /metrics counts them.
+	resp, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, stage := range []string{"asr", "step"} {
+		re := regexp.MustCompile(`voxpipe_vc_batched_total\{model="meanvc2-120ms",stage="` + stage + `"\} (\d+)`)
+		if m := re.FindSubmatch(body); m == nil || string(m[1]) == "0" {
+			t.Errorf("/metrics: no %s batches counted for meanvc2-120ms: %q", stage, m)
+		}
 	}
 }
 

@@ -205,6 +205,8 @@ type app struct {
 	draining atomic.Bool // a shutdown has begun: /readyz answers 503
 	// ttsBatches reports MioTTS's batched decoding (nil without a TTS model).
 	ttsBatches func() metrics.DecodeStats
+	// vcBatches reports each loaded MeanVC2 model's batched steps, by voice name.
+	vcBatches map[string]func() metrics.VCBatchStats
 }
 
 func (a *app) close() {
@@ -265,6 +267,9 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	}
 	if a.ttsBatches != nil {
 		met.DecodeBatches("miotts", a.ttsBatches)
+	}
+	for name, stats := range a.vcBatches {
+		met.VCBatches(name, stats)
 	}
 	var ips []string
 	if o.publicIP != "" {
@@ -349,6 +354,13 @@ func (a *app) loadMeanVC2(o serveOptions, lib *library.Library, voices *stream.R
 		}
 		files[name] = path
 		vc := &voice.MeanVC2Voices{Model: m, Library: lib, DefaultRef: o.vcRef}
+		if a.vcBatches == nil {
+			a.vcBatches = map[string]func() metrics.VCBatchStats{}
+		}
+		a.vcBatches[name] = func() metrics.VCBatchStats {
+			st := m.BatchStats()
+			return metrics.VCBatchStats{ASRBatches: st.ASRBatches, ASRWindows: st.ASRWindows, StepBatches: st.StepBatches, Steps: st.Steps, Busy: st.Busy}
+		}
 		byName[name] = vc
 		details[name] = server.VoiceDetails{Info: voice.MeanVC2Info(m), NeedsRef: true, Label: meanVC2Label(variant)}
 		if len(names) == 0 {

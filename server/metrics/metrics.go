@@ -179,6 +179,40 @@ func (m *Metrics) DecodeBatches(model string, stats func() DecodeStats) {
 	)
 }
 
+// VCBatchStats describe a voice-conversion model's batched steps (see VCBatches).
+type VCBatchStats struct {
+	ASRBatches, ASRWindows int64         // content-encoder batches run, and the stream windows they held
+	StepBatches, Steps     int64         // DiT+vocoder step batches run, and the stream steps they held
+	Busy                   time.Duration // time spent running them
+}
+
+// VCBatches exports a voice-conversion model's batching across live sessions, read at scrape
+// time: batches run per stage and the stream requests they held (held ÷ batches is the mean
+// batch), and the time the model spent running them (its rate is the model's busy share).
+func (m *Metrics) VCBatches(model string, stats func() VCBatchStats) {
+	labels := func(stage string) prometheus.Labels { return prometheus.Labels{"model": model, "stage": stage} }
+	for _, c := range []struct {
+		stage            string
+		batches, streams func(VCBatchStats) int64
+	}{
+		{"asr", func(s VCBatchStats) int64 { return s.ASRBatches }, func(s VCBatchStats) int64 { return s.ASRWindows }},
+		{"step", func(s VCBatchStats) int64 { return s.StepBatches }, func(s VCBatchStats) int64 { return s.Steps }},
+	} {
+		m.reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_vc_batches_total", ConstLabels: labels(c.stage),
+				Help: "Batched model runs for live voice conversion: ASR windows (stage asr) or DiT+vocoder steps (stage step) of the sessions due together."},
+				func() float64 { return float64(c.batches(stats())) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_vc_batched_total", ConstLabels: labels(c.stage),
+				Help: "Session requests those batches held; divided by the batches, the mean batch size."},
+				func() float64 { return float64(c.streams(stats())) }),
+		)
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_vc_model_busy_seconds_total",
+		ConstLabels: prometheus.Labels{"model": model},
+		Help:        "Time the voice-conversion model spent running batches; its rate is the share of the time the model is busy."},
+		func() float64 { return stats().Busy.Seconds() }))
+}
+
 // Admission exports a model's admission load as gauges read at scrape time.
 func (m *Metrics) Admission(model string, a *stream.Admission) {
 	for _, g := range []struct {

@@ -44,6 +44,9 @@ func TestMetrics(t *testing.T) {
 	a := stream.NewAdmission(3, time.Second)
 	m.Admission("miotts", a)
 	m.DecodeBatches("miotts", func() DecodeStats { return DecodeStats{Rounds: 3, Steps: 7, Capacity: 2} })
+	m.VCBatches("meanvc2-120ms", func() VCBatchStats {
+		return VCBatchStats{ASRBatches: 4, ASRWindows: 9, StepBatches: 5, Steps: 11, Busy: 1500 * time.Millisecond}
+	})
 	sched := stream.NewScheduler(1)
 	defer sched.Close()
 	m.Scheduler(sched)
@@ -68,6 +71,11 @@ func TestMetrics(t *testing.T) {
 		`voxpipe_decode_rounds_total{model="miotts"} 3`,
 		`voxpipe_decode_steps_total{model="miotts"} 7`,
 		`voxpipe_decode_capacity_streams{model="miotts"} 2`,
+		`voxpipe_vc_batches_total{model="meanvc2-120ms",stage="asr"} 4`,
+		`voxpipe_vc_batched_total{model="meanvc2-120ms",stage="asr"} 9`,
+		`voxpipe_vc_batches_total{model="meanvc2-120ms",stage="step"} 5`,
+		`voxpipe_vc_batched_total{model="meanvc2-120ms",stage="step"} 11`,
+		`voxpipe_vc_model_busy_seconds_total{model="meanvc2-120ms"} 1.5`,
 		`voxpipe_scheduler_load 0`,
 		`voxpipe_scheduler_queued 0`,
 		`go_goroutines`,
