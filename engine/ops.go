@@ -121,6 +121,9 @@ func (g *Graph) Slice(t Tensor, axis int, start, end int64) Tensor {
 	if start < 0 || end > n || start >= end {
 		return g.fail("Slice", fmt.Sprintf("range [%d, %d) of axis %d (size %d)", start, end, ax, n), t)
 	}
+	if start == 0 && end == n {
+		return t // the whole axis: no view (which would make later ops copy what they could read)
+	}
 	shape := slices.Clone(ti.shape)
 	shape[ax] = end - start
 	return g.view(t, shape, slices.Clone(ti.stride), start*ti.stride[ax])
