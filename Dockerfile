@@ -10,7 +10,7 @@
 FROM golang:1.26-bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libopus-dev libopusfile-dev libopenblas-dev libmp3lame-dev pkg-config gcc \
+      libopus-dev libopusfile-dev libopenblas-dev libmp3lame-dev pkg-config gcc libvulkan-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Modules first, so a source change does not download them again.
@@ -25,11 +25,13 @@ RUN go build -trimpath -buildvcs=false -ldflags "-s -w -X main.buildCommit=${VOX
 
 # Runtime stage: only the shared libraries the binary loads (ldd bin/voxpipe: libopus,
 # libopusfile (+ libogg), OpenBLAS (pthread variant, + libgfortran), libmp3lame) and CA
-# certificates for outgoing TLS (TURN over TLS, obs-websocket over wss).
+# certificates for outgoing TLS (TURN over TLS, obs-websocket over wss). libvulkan1 is the
+# Vulkan loader the binary opens at run time when there is a GPU (its driver comes from the
+# host, e.g. the NVIDIA container toolkit); without one the models run on the CPU.
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libopus0 libopusfile0 libopenblas0-pthread libmp3lame0 ca-certificates \
+      libopus0 libopusfile0 libopenblas0-pthread libmp3lame0 libvulkan1 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --uid 10001 --user-group --home-dir /data --no-create-home \
       --shell /usr/sbin/nologin voxpipe \

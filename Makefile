@@ -2,11 +2,15 @@
 GO      ?= go
 BIN     := bin/voxpipe
 LISTEN  ?= localhost:8080
-# Debian packages the build needs (cgo: Opus via hraban/opus; OpenBLAS for the engine's GEMM).
-BUILD_PKGS := libopus-dev libopusfile-dev libopenblas-dev libmp3lame-dev pkg-config gcc
+# Debian packages the build needs (cgo: Opus via hraban/opus; OpenBLAS for the engine's GEMM;
+# the Vulkan headers: the loader itself is opened at run time, so the binary runs without it).
+BUILD_PKGS := libopus-dev libopusfile-dev libopenblas-dev libmp3lame-dev pkg-config gcc libvulkan-dev
+# What the tests add: Mesa's lavapipe (Vulkan 1.3 on the CPU) runs every shader, glslc checks
+# that the committed SPIR-V is current.
+VULKAN_TEST_PKGS := mesa-vulkan-drivers glslc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run build test test-go test-web bench bench-models fuzz deps test-deps clean
+.PHONY: run build test test-go test-web bench bench-models fuzz deps test-deps vulkan-deps shaders shaders-check clean
 
 run: build ## build and start the server on http://localhost:8080 (LISTEN=host:port to change)
 	./$(BIN) serve --listen $(LISTEN)
@@ -31,14 +35,28 @@ test-deps: deps
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs; fi
 	@[ -d node_modules/playwright-core ] && [ -d node_modules/openai ] || npm ci --no-audit --no-fund
 
-test: test-go test-web ## all tests: Go (unit, parity, WebRTC loopback) and the page in headless Chromium
+vulkan-deps: deps
+	@missing=""; for p in $(VULKAN_TEST_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi
 
-test-go: deps
+# The compute shaders' SPIR-V (vulkan/spv, committed) from their GLSL (vulkan/shaders).
+shaders: vulkan-deps
+	$(GO) generate ./vulkan
+
+# Fails when the committed SPIR-V is not what glslc makes of the shaders (make test runs it too).
+shaders-check: vulkan-deps
+	$(GO) test -count=1 -run TestSPIRVCurrent ./vulkan
+
+test: test-go test-web ## all tests: Go (unit, parity, WebRTC loopback, Vulkan shaders on lavapipe) and the page in headless Chromium
+
+test-go: deps vulkan-deps
 	$(GO) vet ./...
 	@# -p 1: packages one at a time, so the timing of the WebRTC tests is not measured under
 	@# the load of another package's soak or model tests. -timeout 20m: on a fresh machine the
 	@# LiveKit tests (worker/) first build livekit-server from its Go module (about 5 min).
-	$(GO) test -p 1 -count=1 -timeout 20m ./...
+	@# VOXPIPE_REQUIRE_VULKAN: the Vulkan tests fail rather than skip when lavapipe is missing.
+	VOXPIPE_REQUIRE_VULKAN=1 $(GO) test -p 1 -count=1 -timeout 20m ./...
 
 test-web: test-deps build
 	node --test web/e2e/
@@ -57,7 +75,9 @@ bench-models: build
 
 bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the models at real size, the WebRTC loopback
 	@# The LM benchmarks (batched decode steps, a joining stream's prefill) on the real-size model.
-	VOXPIPE_QWEN3_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf VOXPIPE_MIOTTS_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf $(GO) test -run '^$$' -bench . -benchtime 1s ./...
+	@# The MeanVC2 benchmark times each stage batched over 1…16 streams.
+	VOXPIPE_QWEN3_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf VOXPIPE_MIOTTS_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf \
+	  VOXPIPE_MEANVC2_MODEL=$(BENCH_MODELS)/meanvc2.gguf $(GO) test -run '^$$' -bench . -benchtime 1s ./...
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --streams 1,2,4,8 --json
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
 	@# voxpipe import of the MioTTS 0.6B originals: wall time, peak RSS (goal ≤ 1.5 × the largest input file), input MB/s.
@@ -66,8 +86,12 @@ bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the mod
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 2 --seconds 20 --json
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 1 --seconds 20 --json
 	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2-40ms.gguf --threads 2 --seconds 20 --json
+	@# Concurrent sessions, batched (the default) and not (--batch 1), in one run each.
+	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 2 --seconds 10 --sessions 1,2,4,8,16 --json
+	./$(BIN) bench meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --threads 2 --seconds 10 --sessions 1,2,4,8,16 --batch 1 --json
 	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --ref testdata/speech_en_48k.wav --seconds 20 --json
 	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2-40ms.gguf --ref testdata/speech_en_48k.wav --seconds 20 --json
+	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --ref testdata/speech_en_48k.wav --sessions 8 --seconds 20 --json
 	@# LiveKit (worker/): rooms per worker with MeanVC2 (dsp rooms and the SFU latency ran with ./... above)
 	VOXPIPE_BENCH_VC_MODEL=$(BENCH_MODELS)/meanvc2.gguf $(GO) test -run '^$$' -bench RoomsPerWorker -benchtime 1x ./worker/
 	./$(BIN) bench tts-load --sessions 1 --seconds 10 --json

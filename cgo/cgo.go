@@ -1,4 +1,4 @@
-// Package cgo is the only C in voxpipe: the inference engine's kernels, thread pool and plan
+// Package cgo is the CPU engine's C: the inference engine's kernels, thread pool and plan
 // executor (vx.h), with a thin Go wrapper. Plans, tensor tables and tensor memory live in C
 // memory, so one Execute is one cgo call and C never holds a Go pointer.
 package cgo

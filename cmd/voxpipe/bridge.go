@@ -16,6 +16,7 @@ import (
 	"github.com/gen2brain/malgo"
 
 	"github.com/voxpipe/voxpipe/stream"
+	"github.com/voxpipe/voxpipe/vulkan"
 )
 
 // backendNull is miniaudio's ma_backend_null. malgo's BackendNull constant is one short: it
@@ -45,10 +46,14 @@ func audioContext(name string) (*malgo.AllocatedContext, error) {
 }
 
 func runDevices(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("devices", "devices [--backend NAME]", stderr)
+	fs := newFlags("devices", "devices [--backend NAME] [--gpu]", stderr)
 	backend := fs.String("backend", "", "audio backend (default: the platform's first that works)")
+	gpu := fs.Bool("gpu", false, "list the Vulkan devices (GPUs, and software ones such as lavapipe) instead of audio devices")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	if *gpu {
+		return listGPUs(stdout)
 	}
 	ctx, err := audioContext(*backend)
 	if err != nil {
@@ -76,6 +81,31 @@ func runDevices(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintln(stdout, "\nUse the number or a part of the name with 'voxpipe bridge --in DEV --out DEV'.")
+	return nil
+}
+
+// listGPUs prints the Vulkan devices: index, name, kind, Vulkan version, device-local
+// memory, subgroup size and the shader number formats they support.
+func listGPUs(stdout io.Writer) error {
+	devs, err := vulkan.Devices()
+	if err != nil {
+		return fmt.Errorf("no Vulkan here (%w); voxpipe runs its models on the CPU", err)
+	}
+	if len(devs) == 0 {
+		fmt.Fprintln(stdout, "Vulkan works but lists no device; voxpipe runs its models on the CPU.")
+		return nil
+	}
+	fmt.Fprintln(stdout, "Vulkan devices:")
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	for _, d := range devs {
+		fmt.Fprintf(stdout, "  %d: %s — %s, Vulkan %s, %d MiB device memory, subgroup %d, fp16 %s, int8 %s, int8 dot products %s\n",
+			d.Index, d.Name, d.Type, d.APIVersion, d.DeviceLocalBytes>>20, d.SubgroupSize, yes(d.FP16), yes(d.Int8), yes(d.DotI8))
+	}
 	return nil
 }
 

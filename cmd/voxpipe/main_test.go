@@ -17,6 +17,7 @@ import (
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/internal/golden"
 	"github.com/voxpipe/voxpipe/rtc"
+	"github.com/voxpipe/voxpipe/vulkan"
 )
 
 const fixture = "../../testdata/speech_en_48k.wav"
@@ -124,6 +125,23 @@ func TestUnknownCommand(t *testing.T) {
 	}
 	if stdout, _, code := runCmd(t, "help"); code != 0 || !strings.Contains(stdout, "bridge") {
 		t.Fatalf("help: exit %d, %q", code, stdout)
+	}
+}
+
+// devices --gpu lists the Vulkan devices (lavapipe in CI), or says why there are none.
+func TestDevicesGPU(t *testing.T) {
+	stdout, stderr, code := runCmd(t, "devices", "--gpu")
+	if _, err := vulkan.Devices(); err != nil {
+		if os.Getenv("VOXPIPE_REQUIRE_VULKAN") != "" {
+			t.Fatalf("Vulkan is required here but: %v", err)
+		}
+		if code == 0 || !strings.Contains(stderr, "no Vulkan here") {
+			t.Fatalf("devices --gpu without Vulkan: exit %d, %q", code, stderr)
+		}
+		return
+	}
+	if code != 0 || !strings.Contains(stdout, "Vulkan devices:") || !strings.Contains(stdout, "  0: ") || !strings.Contains(stdout, "subgroup") {
+		t.Fatalf("devices --gpu: exit %d, %q %q", code, stdout, stderr)
 	}
 }
 

@@ -1,0 +1,53 @@
+/* The Vulkan runtime of voxpipe's GPU backend: the loader is opened at run time (dlopen of
+ * libvulkan.so.1), so the binary runs where no Vulkan is installed. One instance per process;
+ * a vxk_dev is one logical device with one compute queue. Buffers, pipelines and the
+ * buffer tables passed to vxk_run live in C memory. */
+#ifndef VXK_H
+#define VXK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define VXK_ERR 512 /* bytes of an error message buffer */
+
+typedef struct {
+	char name[256];
+	int type; /* VkPhysicalDeviceType: 1 integrated, 2 discrete, 3 virtual, 4 cpu, 0 other */
+	uint32_t vendor, device, api;
+	uint64_t device_local; /* bytes of the largest device-local heap */
+	uint32_t subgroup;     /* subgroup size (0: unknown) */
+	int fp16, int8;        /* shaderFloat16, shaderInt8 */
+	int int8_dot;          /* shaderIntegerDotProduct (Vulkan 1.3) */
+} vxk_devinfo;
+
+/* Opens the loader and creates the instance (once); 0 or -1 with a message in err. */
+int vxk_load(char *err);
+int vxk_count(void);
+int vxk_info(int i, vxk_devinfo *out);
+
+typedef struct vxk_dev vxk_dev;
+vxk_dev *vxk_open(int i, char *err);
+void vxk_close(vxk_dev *d);
+
+typedef struct {
+	uint64_t buf, mem; /* VkBuffer, VkDeviceMemory */
+	void *map;         /* host-visible buffers: mapped for their lifetime */
+	uint64_t size;
+} vxk_buf;
+
+/* host: host-visible and coherent (staging, inputs, outputs); else device-local. */
+int vxk_alloc(vxk_dev *d, uint64_t size, int host, vxk_buf *out, char *err);
+void vxk_free(vxk_dev *d, vxk_buf *b);
+/* Copies size bytes from src to dst on the queue and waits. */
+int vxk_copy(vxk_dev *d, vxk_buf *src, vxk_buf *dst, uint64_t size, char *err);
+
+typedef struct vxk_pipe vxk_pipe;
+/* A compute pipeline over nbuf storage buffers (bindings 0..nbuf-1) and push_bytes of push
+ * constants; the shader's entry point is "main". */
+vxk_pipe *vxk_pipeline(vxk_dev *d, const uint32_t *spirv, size_t bytes, int nbuf, int push_bytes, char *err);
+void vxk_pipeline_free(vxk_dev *d, vxk_pipe *p);
+/* One dispatch of groups (gx, gy, gz) over bufs, submitted and waited for. */
+int vxk_run(vxk_dev *d, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes, uint32_t gx,
+            uint32_t gy, uint32_t gz, char *err);
+
+#endif

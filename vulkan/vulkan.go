@@ -1,0 +1,275 @@
+// Package vulkan is the GPU runtime under voxpipe's Vulkan backend: it opens the Vulkan
+// loader at run time (no GPU, no driver or no loader is an error, never a failed start),
+// lists devices, and runs the engine's ops as compute shaders on them. The shaders are GLSL
+// in shaders/, compiled to SPIR-V in spv/ by `go generate` (glslc); the SPIR-V is committed,
+// so building needs no shader compiler, and `make shaders-check` verifies it is current.
+//
+// Today it holds devices, buffers, pipelines and single dispatches of the first ops (unary,
+// binary, linear), each tested against the CPU on Mesa's lavapipe; the engine Backend that
+// records a whole program into one command buffer is the next step (see the issue).
+package vulkan
+
+/*
+#cgo CFLAGS: -std=c11 -O2 -Wall
+#cgo LDFLAGS: -ldl -lpthread
+#include <stdlib.h>
+#include "vk.h"
+*/
+import "C"
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+//go:generate sh -c "for f in unary binary linear; do glslc -O --target-env=vulkan1.1 -o spv/$f.spv shaders/$f.comp || exit 1; done"
+
+//go:embed spv/*.spv
+var spirv embed.FS
+
+func cerr(buf *C.char) error { return errors.New(C.GoString(buf)) }
+
+func errBuf() *C.char { return (*C.char)(C.calloc(C.VXK_ERR, 1)) }
+
+// Available reports why Vulkan cannot be used here (nil when it can): no loader, no
+// instance, or a loader older than 1.1.
+func Available() error {
+	e := errBuf()
+	defer C.free(unsafe.Pointer(e))
+	if C.vxk_load(e) != 0 {
+		return cerr(e)
+	}
+	return nil
+}
+
+// DeviceType is the kind of a Vulkan device.
+type DeviceType int
+
+// The VkPhysicalDeviceType values.
+const (
+	Other DeviceType = iota
+	Integrated
+	Discrete
+	Virtual
+	CPU
+)
+
+func (t DeviceType) String() string {
+	switch t {
+	case Integrated:
+		return "integrated GPU"
+	case Discrete:
+		return "discrete GPU"
+	case Virtual:
+		return "virtual GPU"
+	case CPU:
+		return "CPU (software)"
+	}
+	return "other"
+}
+
+// DeviceInfo describes one Vulkan device.
+type DeviceInfo struct {
+	Index             int
+	Name              string
+	Type              DeviceType
+	VendorID, ID      uint32
+	APIVersion        string
+	DeviceLocalBytes  uint64 // the largest device-local memory heap
+	SubgroupSize      int
+	FP16, Int8, DotI8 bool // shaderFloat16, shaderInt8, shaderIntegerDotProduct
+}
+
+// Devices lists the Vulkan devices (none, with the reason, when Vulkan is unavailable).
+func Devices() ([]DeviceInfo, error) {
+	if err := Available(); err != nil {
+		return nil, err
+	}
+	var out []DeviceInfo
+	for i := range int(C.vxk_count()) {
+		var in C.vxk_devinfo
+		if C.vxk_info(C.int(i), &in) != 0 {
+			continue
+		}
+		api := uint32(in.api)
+		out = append(out, DeviceInfo{Index: i, Name: C.GoString(&in.name[0]), Type: DeviceType(in._type),
+			VendorID: uint32(in.vendor), ID: uint32(in.device),
+			APIVersion:       fmt.Sprintf("%d.%d.%d", api>>22&0x7f, api>>12&0x3ff, api&0xfff),
+			DeviceLocalBytes: uint64(in.device_local), SubgroupSize: int(in.subgroup),
+			FP16: in.fp16 != 0, Int8: in.int8 != 0, DotI8: in.int8_dot != 0})
+	}
+	return out, nil
+}
+
+// Device is one opened Vulkan device with a compute queue. Its methods may be called from
+// several goroutines (submissions are serialised).
+type Device struct {
+	Info DeviceInfo
+	d    *C.vxk_dev
+
+	mu    sync.Mutex
+	pipes map[string]*pipeline
+}
+
+// Open opens device index (see Devices).
+func Open(index int) (*Device, error) {
+	devs, err := Devices()
+	if err != nil {
+		return nil, err
+	}
+	if index < 0 || index >= len(devs) {
+		return nil, fmt.Errorf("vulkan: no device %d (there are %d; voxpipe devices --gpu lists them)", index, len(devs))
+	}
+	e := errBuf()
+	defer C.free(unsafe.Pointer(e))
+	d := C.vxk_open(C.int(index), e)
+	if d == nil {
+		return nil, fmt.Errorf("vulkan: %s: %w", devs[index].Name, cerr(e))
+	}
+	return &Device{Info: devs[index], d: d, pipes: map[string]*pipeline{}}, nil
+}
+
+// Close waits for the device and frees its pipelines; its buffers must be freed before.
+func (d *Device) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.d == nil {
+		return
+	}
+	for _, p := range d.pipes {
+		C.vxk_pipeline_free(d.d, p.p)
+	}
+	C.vxk_close(d.d)
+	d.d, d.pipes = nil, nil
+}
+
+func (d *Device) errorf(what string, e *C.char) error {
+	return fmt.Errorf("vulkan: %s on %s: %w", what, d.Info.Name, cerr(e))
+}
+
+// Buffer is device memory: host-visible ones are mapped (Float32s), device-local ones are
+// reached by copies (Upload, Download).
+type Buffer struct {
+	dev *Device
+	b   *C.vxk_buf
+}
+
+// Alloc makes a buffer of n float32 values: host-visible (inputs, outputs, staging) or
+// device-local (weights and intermediates on a discrete GPU).
+func (d *Device) Alloc(n int, host bool) (*Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("vulkan: buffer of %d values", n)
+	}
+	e := errBuf()
+	defer C.free(unsafe.Pointer(e))
+	b := (*C.vxk_buf)(C.calloc(1, C.sizeof_vxk_buf))
+	h := C.int(0)
+	if host {
+		h = 1
+	}
+	if C.vxk_alloc(d.d, C.uint64_t(4*n), h, b, e) != 0 {
+		C.free(unsafe.Pointer(b))
+		return nil, d.errorf(fmt.Sprintf("alloc of %d bytes", 4*n), e)
+	}
+	return &Buffer{dev: d, b: b}, nil
+}
+
+// Len is the buffer's length in float32 values.
+func (b *Buffer) Len() int { return int(b.b.size) / 4 }
+
+// Float32s is a host-visible buffer's memory (nil for a device-local one).
+func (b *Buffer) Float32s() []float32 {
+	if b.b._map == nil {
+		return nil
+	}
+	return unsafe.Slice((*float32)(b.b._map), b.Len())
+}
+
+// CopyTo copies the buffer's first n values into dst on the device.
+func (b *Buffer) CopyTo(dst *Buffer, n int) error {
+	e := errBuf()
+	defer C.free(unsafe.Pointer(e))
+	if C.vxk_copy(b.dev.d, b.b, dst.b, C.uint64_t(4*n), e) != 0 {
+		return b.dev.errorf("copy", e)
+	}
+	return nil
+}
+
+// Free releases the buffer.
+func (b *Buffer) Free() {
+	if b.b != nil {
+		C.vxk_free(b.dev.d, b.b)
+		C.free(unsafe.Pointer(b.b))
+		b.b = nil
+	}
+}
+
+// pipeline is one compiled shader with its buffer count and push-constant size.
+type pipeline struct {
+	p          *C.vxk_pipe
+	nbuf, push int
+}
+
+// shader returns the pipeline of a shader in spv/, compiling it on first use.
+func (d *Device) shader(name string, nbuf, push int) (*pipeline, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p, ok := d.pipes[name]; ok {
+		return p, nil
+	}
+	code, err := spirv.ReadFile("spv/" + name + ".spv")
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: no shader %q", name)
+	}
+	p, err := d.pipelineFrom(name, code, nbuf, push)
+	if err != nil {
+		return nil, err
+	}
+	d.pipes[name] = p
+	return p, nil
+}
+
+// pipelineFrom compiles SPIR-V code (the bytes are copied to C memory).
+func (d *Device) pipelineFrom(name string, code []byte, nbuf, push int) (*pipeline, error) {
+	e := errBuf()
+	defer C.free(unsafe.Pointer(e))
+	if len(code) == 0 {
+		return nil, fmt.Errorf("vulkan: shader %s: no SPIR-V", name)
+	}
+	cc := C.CBytes(code)
+	defer C.free(cc)
+	p := C.vxk_pipeline(d.d, (*C.uint32_t)(cc), C.size_t(len(code)), C.int(nbuf), C.int(push), e)
+	if p == nil {
+		return nil, d.errorf("shader "+name, e)
+	}
+	return &pipeline{p: p, nbuf: nbuf, push: push}, nil
+}
+
+// dispatch runs p over bufs with the push constants and waits for it.
+func (d *Device) dispatch(op string, p *pipeline, bufs []*Buffer, push []uint32, groups [3]uint32) error {
+	if len(bufs) != p.nbuf || 4*len(push) != p.push {
+		return fmt.Errorf("vulkan: %s: %d buffers and %d push words for a pipeline of %d and %d bytes", op, len(bufs), len(push), p.nbuf, p.push)
+	}
+	e := errBuf()
+	defer C.free(unsafe.Pointer(e))
+	table := (*[16]*C.vxk_buf)(C.calloc(16, C.size_t(unsafe.Sizeof(uintptr(0)))))
+	defer C.free(unsafe.Pointer(table))
+	for i, b := range bufs {
+		if b == nil || b.b == nil || b.dev != d {
+			return fmt.Errorf("vulkan: %s: buffer %d is freed or of another device", op, i)
+		}
+		table[i] = b.b
+	}
+	var pc unsafe.Pointer
+	if len(push) > 0 {
+		pc = C.CBytes(unsafe.Slice((*byte)(unsafe.Pointer(&push[0])), 4*len(push)))
+		defer C.free(pc)
+	}
+	if C.vxk_run(d.d, p.p, &table[0], C.int(len(bufs)), pc, C.int(4*len(push)), C.uint32_t(groups[0]), C.uint32_t(groups[1]), C.uint32_t(groups[2]), e) != 0 {
+		return d.errorf(op, e)
+	}
+	return nil
+}
