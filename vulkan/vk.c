@@ -87,6 +87,8 @@ static const char *vkres(VkResult r) {
 	X(vkCmdPushConstants)                                                                                          \
 	X(vkCmdDispatch)                                                                                               \
 	X(vkCmdCopyBuffer)                                                                                             \
+	X(vkCmdPipelineBarrier)                                                                                        \
+	X(vkFreeCommandBuffers)                                                                                        \
 	X(vkQueueSubmit)                                                                                               \
 	X(vkCreateFence)                                                                                               \
 	X(vkDestroyFence)                                                                                              \
@@ -389,16 +391,19 @@ static int begin(vxk_dev *d, char *err) {
 	return 0;
 }
 
-int vxk_copy(vxk_dev *d, vxk_buf *src, vxk_buf *dst, uint64_t size, char *err) {
-	if (size > src->size || size > dst->size) {
-		fail(err, "copy of %llu bytes between buffers of %llu and %llu", (unsigned long long)size,
-		     (unsigned long long)src->size, (unsigned long long)dst->size);
+int vxk_copy(vxk_dev *d, vxk_buf *src, uint64_t src_off, vxk_buf *dst, uint64_t dst_off, uint64_t size, char *err) {
+	if (src_off + size > src->size || dst_off + size > dst->size || src_off + size < size || dst_off + size < size) {
+		fail(err, "copy of %llu bytes (from %llu to %llu) between buffers of %llu and %llu", (unsigned long long)size,
+		     (unsigned long long)src_off, (unsigned long long)dst_off, (unsigned long long)src->size,
+		     (unsigned long long)dst->size);
 		return -1;
 	}
+	if (size == 0)
+		return 0;
 	pthread_mutex_lock(&d->mu);
 	int rc = begin(d, err);
 	if (rc == 0) {
-		VkBufferCopy c = {.size = size};
+		VkBufferCopy c = {.srcOffset = src_off, .dstOffset = dst_off, .size = size};
 		d->f.vkCmdCopyBuffer(d->cmd, (VkBuffer)(uintptr_t)src->buf, (VkBuffer)(uintptr_t)dst->buf, 1, &c);
 		rc = submit(d, err);
 	}
@@ -529,4 +534,144 @@ int vxk_run(vxk_dev *d, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void 
 	}
 	pthread_mutex_unlock(&d->mu);
 	return rc;
+}
+
+/* ---- programs ---- */
+
+struct vxk_prog {
+	vxk_dev *d;
+	VkCommandBuffer cmd;
+	VkDescriptorPool pool;
+	int n, max;
+	int ended;
+};
+
+vxk_prog *vxk_prog_new(vxk_dev *d, int max_dispatches, char *err) {
+	if (max_dispatches < 1)
+		max_dispatches = 1;
+	vxk_prog *pr = calloc(1, sizeof *pr);
+	if (!pr) {
+		fail(err, "out of memory");
+		return NULL;
+	}
+	pr->d = d;
+	pr->max = max_dispatches;
+	VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)(16 * max_dispatches)};
+	VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+	                                  .maxSets = (uint32_t)max_dispatches,
+	                                  .poolSizeCount = 1,
+	                                  .pPoolSizes = &ps};
+	VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+	                                   .commandPool = d->pool,
+	                                   .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+	                                   .commandBufferCount = 1};
+	VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+	VkResult r;
+	pthread_mutex_lock(&d->mu); /* the command pool is the device's */
+	r = d->f.vkAllocateCommandBuffers(d->dev, &cai, &pr->cmd);
+	pthread_mutex_unlock(&d->mu);
+	if (r != VK_SUCCESS || (r = d->f.vkCreateDescriptorPool(d->dev, &dpi, NULL, &pr->pool)) != VK_SUCCESS ||
+	    (r = d->f.vkBeginCommandBuffer(pr->cmd, &bi)) != VK_SUCCESS) {
+		fail(err, "program setup: %s (%d)", vkres(r), r);
+		vxk_prog_free(pr);
+		return NULL;
+	}
+	return pr;
+}
+
+/* barrier makes every earlier shader write visible to later shader reads and writes (and,
+ * at the end, to the host). */
+static void barrier(vxk_prog *pr, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+	VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+	                      .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+	                      .dstAccessMask = dst_access};
+	pr->d->f.vkCmdPipelineBarrier(pr->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
+}
+
+int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes, uint32_t gx,
+                 uint32_t gy, uint32_t gz, char *err) {
+	vxk_dev *d = pr->d;
+	if (pr->ended || pr->n >= pr->max || nbuf != p->nbuf || push_bytes != p->push) {
+		fail(err, "dispatch %d of at most %d with %d buffers and %d push bytes (the pipeline takes %d and %d)", pr->n, pr->max,
+		     nbuf, push_bytes, p->nbuf, p->push);
+		return -1;
+	}
+	VkDescriptorSet set;
+	VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+	                                   .descriptorPool = pr->pool,
+	                                   .descriptorSetCount = 1,
+	                                   .pSetLayouts = &p->dsl};
+	VkResult r = d->f.vkAllocateDescriptorSets(d->dev, &dai, &set);
+	if (r != VK_SUCCESS) {
+		fail(err, "vkAllocateDescriptorSets: %s (%d)", vkres(r), r);
+		return -1;
+	}
+	VkDescriptorBufferInfo bi[16];
+	VkWriteDescriptorSet w[16];
+	for (int i = 0; i < nbuf; i++) {
+		bi[i] = (VkDescriptorBufferInfo){.buffer = (VkBuffer)(uintptr_t)bufs[i]->buf, .range = VK_WHOLE_SIZE};
+		w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+		                              .dstSet = set,
+		                              .dstBinding = (uint32_t)i,
+		                              .descriptorCount = 1,
+		                              .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+		                              .pBufferInfo = &bi[i]};
+	}
+	d->f.vkUpdateDescriptorSets(d->dev, (uint32_t)nbuf, w, 0, NULL);
+	if (pr->n > 0)
+		barrier(pr, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+	d->f.vkCmdBindPipeline(pr->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
+	d->f.vkCmdBindDescriptorSets(pr->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
+	if (push_bytes)
+		d->f.vkCmdPushConstants(pr->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)push_bytes, push);
+	d->f.vkCmdDispatch(pr->cmd, gx, gy, gz);
+	pr->n++;
+	return 0;
+}
+
+int vxk_prog_end(vxk_prog *pr, char *err) {
+	if (pr->ended)
+		return 0;
+	barrier(pr, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+	VkResult r = pr->d->f.vkEndCommandBuffer(pr->cmd);
+	if (r != VK_SUCCESS) {
+		fail(err, "vkEndCommandBuffer: %s (%d)", vkres(r), r);
+		return -1;
+	}
+	pr->ended = 1;
+	return 0;
+}
+
+int vxk_prog_run(vxk_prog *pr, char *err) {
+	vxk_dev *d = pr->d;
+	if (!pr->ended) {
+		fail(err, "program not ended");
+		return -1;
+	}
+	VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &pr->cmd};
+	pthread_mutex_lock(&d->mu);
+	VkResult r = d->f.vkQueueSubmit(d->queue, 1, &si, d->fence);
+	if (r == VK_SUCCESS)
+		r = d->f.vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+	d->f.vkResetFences(d->dev, 1, &d->fence);
+	pthread_mutex_unlock(&d->mu);
+	if (r != VK_SUCCESS) {
+		fail(err, "program run: %s (%d)", vkres(r), r);
+		return -1;
+	}
+	return 0;
+}
+
+void vxk_prog_free(vxk_prog *pr) {
+	if (!pr)
+		return;
+	vxk_dev *d = pr->d;
+	if (pr->pool)
+		d->f.vkDestroyDescriptorPool(d->dev, pr->pool, NULL);
+	if (pr->cmd) {
+		pthread_mutex_lock(&d->mu);
+		d->f.vkFreeCommandBuffers(d->dev, d->pool, 1, &pr->cmd);
+		pthread_mutex_unlock(&d->mu);
+	}
+	free(pr);
 }

@@ -38,8 +38,8 @@ typedef struct {
 /* host: host-visible and coherent (staging, inputs, outputs); else device-local. */
 int vxk_alloc(vxk_dev *d, uint64_t size, int host, vxk_buf *out, char *err);
 void vxk_free(vxk_dev *d, vxk_buf *b);
-/* Copies size bytes from src to dst on the queue and waits. */
-int vxk_copy(vxk_dev *d, vxk_buf *src, vxk_buf *dst, uint64_t size, char *err);
+/* Copies size bytes from src at src_off to dst at dst_off on the queue and waits. */
+int vxk_copy(vxk_dev *d, vxk_buf *src, uint64_t src_off, vxk_buf *dst, uint64_t dst_off, uint64_t size, char *err);
 
 typedef struct vxk_pipe vxk_pipe;
 /* A compute pipeline over nbuf storage buffers (bindings 0..nbuf-1) and push_bytes of push
@@ -49,5 +49,16 @@ void vxk_pipeline_free(vxk_dev *d, vxk_pipe *p);
 /* One dispatch of groups (gx, gy, gz) over bufs, submitted and waited for. */
 int vxk_run(vxk_dev *d, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes, uint32_t gx,
             uint32_t gy, uint32_t gz, char *err);
+
+/* A program: dispatches recorded once into one command buffer (each with its own descriptor
+ * set, a barrier between consecutive dispatches) and replayed by vxk_prog_run, one
+ * submission per run. */
+typedef struct vxk_prog vxk_prog;
+vxk_prog *vxk_prog_new(vxk_dev *d, int max_dispatches, char *err);
+int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes, uint32_t gx,
+                 uint32_t gy, uint32_t gz, char *err);
+int vxk_prog_end(vxk_prog *pr, char *err);
+int vxk_prog_run(vxk_prog *pr, char *err);
+void vxk_prog_free(vxk_prog *pr);
 
 #endif

@@ -4,9 +4,10 @@
 // in shaders/, compiled to SPIR-V in spv/ by `go generate` (glslc); the SPIR-V is committed,
 // so building needs no shader compiler, and `make shaders-check` verifies it is current.
 //
-// Today it holds devices, buffers, pipelines and single dispatches of the first ops (unary,
-// binary, linear), each tested against the CPU on Mesa's lavapipe; the engine Backend that
-// records a whole program into one command buffer is the next step (see the issue).
+// It holds devices, buffers, pipelines and the first ops' shaders (elementwise unary and
+// binary ops and batched matmul over strided views), run one at a time (Device.Run) or
+// recorded into a Program that one submission replays; engine.Vulkan compiles graphs onto
+// them. Every shader is tested against float64 references on Mesa's lavapipe.
 package vulkan
 
 /*
@@ -25,7 +26,7 @@ import (
 	"unsafe"
 )
 
-//go:generate sh -c "for f in unary binary linear; do glslc -O --target-env=vulkan1.1 -o spv/$f.spv shaders/$f.comp || exit 1; done"
+//go:generate sh -c "for f in unary binary matmul; do glslc -O --target-env=vulkan1.1 -o spv/$f.spv shaders/$f.comp || exit 1; done"
 
 //go:embed spv/*.spv
 var spirv embed.FS
@@ -189,10 +190,16 @@ func (b *Buffer) Float32s() []float32 {
 }
 
 // CopyTo copies the buffer's first n values into dst on the device.
-func (b *Buffer) CopyTo(dst *Buffer, n int) error {
+func (b *Buffer) CopyTo(dst *Buffer, n int) error { return b.CopyRange(0, dst, 0, n) }
+
+// CopyRange copies n values from value from of b to value to of dst on the device.
+func (b *Buffer) CopyRange(from int, dst *Buffer, to, n int) error {
+	if from < 0 || to < 0 || n < 0 {
+		return fmt.Errorf("vulkan: copy of %d values from %d to %d", n, from, to)
+	}
 	e := errBuf()
 	defer C.free(unsafe.Pointer(e))
-	if C.vxk_copy(b.dev.d, b.b, dst.b, C.uint64_t(4*n), e) != 0 {
+	if C.vxk_copy(b.dev.d, b.b, C.uint64_t(4*from), dst.b, C.uint64_t(4*to), C.uint64_t(4*n), e) != 0 {
 		return b.dev.errorf("copy", e)
 	}
 	return nil

@@ -95,9 +95,9 @@ func TestBuffers(t *testing.T) {
 	}
 }
 
-// Every unary op against float64 on odd lengths (not a multiple of the workgroup), with
+// Every unary op against float64 on an odd length (not a multiple of the workgroup), with
 // tolerances per op: the shaders use the GPU's exp/log/sin/tanh (a few ulp), GELU(erf) an
-// erf to 1.5e-7.
+// erf to 1.5e-7. Writes stay inside the output.
 func TestUnary(t *testing.T) {
 	d := device(t)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -135,11 +135,15 @@ func TestUnary(t *testing.T) {
 		{cgo.UScale, "scale", x, 1.5, -2, func(v float64) float64 { return 1.5*v - 2 }, 1e-7},
 		{cgo.USquare, "square", x, 0, 0, func(v float64) float64 { return v * v }, 1e-7},
 		{cgo.URecip, "recip", pos, 0, 0, func(v float64) float64 { return 1 / v }, 1e-6},
+		{UCopy, "copy", x, 0, 0, func(v float64) float64 { return v }, 0},
 	} {
-		in := upload(t, d, c.in)
 		out := upload(t, d, make([]float32, n+1))
 		out.Float32s()[n] = 42 // past n: untouched
-		if err := d.Unary(c.op, in, out, n, c.p0, c.p1); err != nil {
+		ds, err := UnaryOp(c.op, Contiguous(upload(t, d, c.in), n), Contiguous(out, n), c.p0, c.p1)
+		if err == nil {
+			err = d.Run(ds)
+		}
+		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		got := out.Float32s()
@@ -153,12 +157,44 @@ func TestUnary(t *testing.T) {
 			t.Errorf("%s wrote past its %d values", c.name, n)
 		}
 	}
-	if err := d.Unary(99, upload(t, d, x), upload(t, d, x), n, 0, 0); err == nil {
+	if _, err := UnaryOp(99, Contiguous(upload(t, d, x), n), Contiguous(upload(t, d, x), n), 0, 0); err == nil {
 		t.Error("unknown unary op: no error")
 	}
 }
 
-// Binary ops with b repeating (a bias row) against float64.
+// Strided views: a transposed copy, and a view at an offset, written into a strided output.
+func TestStridedCopy(t *testing.T) {
+	d := device(t)
+	const rows, cols = 37, 23
+	src := make([]float32, 5+rows*cols)
+	for i := range src {
+		src[i] = float32(i)
+	}
+	in := upload(t, d, src)
+	out := upload(t, d, make([]float32, rows*cols))
+	// x = the [rows, cols] matrix at offset 5, read transposed: [cols, rows] with strides (1, cols).
+	x := Tensor{Buf: in, Off: 5, Shape: []int64{cols, rows}, Stride: []int64{1, cols}}
+	ds, err := UnaryOp(UCopy, x, Contiguous(out, cols, rows), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Run(ds); err != nil {
+		t.Fatal(err)
+	}
+	for c := range cols {
+		for r := range rows {
+			if got, want := out.Float32s()[c*rows+r], src[5+r*cols+c]; got != want {
+				t.Fatalf("[%d,%d] = %v, want %v", c, r, got, want)
+			}
+		}
+	}
+	past := Tensor{Buf: in, Off: 6, Shape: []int64{rows, cols}, Stride: []int64{cols, 1}}
+	if _, err := UnaryOp(UCopy, past, Contiguous(out, rows, cols), 0, 0); err == nil {
+		t.Error("a view reaching past its buffer: no error")
+	}
+}
+
+// Binary ops with b broadcast along rows (stride 0: a bias row) against float64.
 func TestBinary(t *testing.T) {
 	d := device(t)
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -166,13 +202,18 @@ func TestBinary(t *testing.T) {
 	a := randoms(rng, rows*cols, 1)
 	b := randoms(rng, cols, 1)
 	ab, bb := upload(t, d, a), upload(t, d, b)
+	brow := Tensor{Buf: bb, Shape: []int64{rows, cols}, Stride: []int64{0, 1}}
 	for op, ref := range []func(x, y float64) float64{
 		func(x, y float64) float64 { return x + y }, func(x, y float64) float64 { return x - y },
 		func(x, y float64) float64 { return x * y }, func(x, y float64) float64 { return x / y },
 		math.Max, math.Min,
 	} {
 		out := upload(t, d, make([]float32, rows*cols))
-		if err := d.Binary(op, ab, bb, out, rows*cols, cols); err != nil {
+		ds, err := BinaryOp(op, Contiguous(ab, rows, cols), brow, Contiguous(out, rows, cols))
+		if err == nil {
+			err = d.Run(ds)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		for i, g := range out.Float32s() {
@@ -182,51 +223,158 @@ func TestBinary(t *testing.T) {
 			}
 		}
 	}
-	if err := d.Binary(cgo.BAdd, ab, bb, ab, rows*cols, cols+1); err == nil {
-		t.Error("b repeating past its end: no error")
+	if _, err := BinaryOp(cgo.BAdd, Contiguous(ab, rows, cols), Contiguous(bb, rows, cols), Contiguous(ab, rows, cols)); err == nil {
+		t.Error("b read past its buffer: no error")
 	}
 }
 
-// Linear against float64 on odd shapes (M, N, K not multiples of the 16×16 tiles), with and
-// without bias; bound 1e-5·Σ|x||w| (fp32 sums).
-func TestLinear(t *testing.T) {
+// matmulRef is float64 y = a·b (+ bias) for row-major a [batch, m, k] and b [batch, k, n]
+// (bT: [batch, n, k]; bBatch false: b shared by every batch), with Σ|terms| for the bound.
+func matmulRef(a, b, bias []float32, batch, m, n, k int, bT, bBatch bool) (y, mag []float64) {
+	y, mag = make([]float64, batch*m*n), make([]float64, batch*m*n)
+	for bi := range batch {
+		bo := 0
+		if bBatch {
+			bo = bi * n * k
+		}
+		for i := range m {
+			for j := range n {
+				var s, g float64
+				for kk := range k {
+					bv := b[bo+kk*n+j]
+					if bT {
+						bv = b[bo+j*k+kk]
+					}
+					p := float64(a[(bi*m+i)*k+kk]) * float64(bv)
+					s += p
+					g += math.Abs(p)
+				}
+				if bias != nil {
+					s += float64(bias[j])
+					g += math.Abs(float64(bias[j]))
+				}
+				y[(bi*m+i)*n+j], mag[(bi*m+i)*n+j] = s, g
+			}
+		}
+	}
+	return y, mag
+}
+
+// Matmul against float64 on odd shapes (not multiples of the 16×16 tiles): plain, Bᵀ (a
+// Linear), a batch with b broadcast (stride 0), with and without bias; bound 1e-5·Σ|terms|.
+func TestMatmul(t *testing.T) {
 	d := device(t)
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, s := range []struct{ m, n, k int }{{1, 1, 1}, {1, 7, 5}, {3, 80, 64}, {16, 512, 256}, {17, 33, 129}, {58, 100, 300}} {
+	for _, s := range []struct {
+		batch, m, n, k int
+		bT, bBatch     bool
+	}{{1, 1, 1, 1, true, false}, {1, 1, 7, 5, false, false}, {1, 3, 80, 64, true, false}, {1, 16, 512, 256, true, false},
+		{1, 17, 33, 129, false, false}, {3, 58, 100, 30, true, false}, {2, 19, 21, 64, false, true}, {4, 5, 9, 16, true, true}} {
 		for _, withBias := range []bool{false, true} {
-			x, w := randoms(rng, s.m*s.k, 1), randoms(rng, s.n*s.k, 1)
+			nbB := 1
+			if s.bBatch {
+				nbB = s.batch
+			}
+			a, b := randoms(rng, s.batch*s.m*s.k, 1), randoms(rng, nbB*s.n*s.k, 1)
 			var bias []float32
-			var bb *Buffer
+			var bt *Tensor
 			if withBias {
 				bias = randoms(rng, s.n, 1)
-				bb = upload(t, d, bias)
+				v := Contiguous(upload(t, d, bias), int64(s.n))
+				bt = &v
 			}
-			y := upload(t, d, make([]float32, s.m*s.n))
-			if err := d.Linear(upload(t, d, x), upload(t, d, w), bb, y, s.m, s.n, s.k); err != nil {
-				t.Fatal(err)
+			bshape := []int64{int64(s.batch), int64(s.k), int64(s.n)}
+			if s.bT {
+				bshape = []int64{int64(s.batch), int64(s.n), int64(s.k)}
 			}
-			for i := range s.m {
-				for j := range s.n {
-					var want, mag float64
-					for k := range s.k {
-						p := float64(x[i*s.k+k]) * float64(w[j*s.k+k])
-						want += p
-						mag += math.Abs(p)
-					}
-					if withBias {
-						want += float64(bias[j])
-						mag += math.Abs(float64(bias[j]))
-					}
-					if got := float64(y.Float32s()[i*s.n+j]); math.Abs(got-want) > 1e-5*mag+1e-6 {
-						t.Fatalf("%v bias %v: y[%d,%d] = %v, want %v", s, withBias, i, j, got, want)
-					}
+			bv := Contiguous(upload(t, d, b), bshape...)
+			if !s.bBatch {
+				bv.Stride[0] = 0 // one b for every batch
+			}
+			y := upload(t, d, make([]float32, s.batch*s.m*s.n))
+			ds, err := MatmulOp(Contiguous(upload(t, d, a), int64(s.batch), int64(s.m), int64(s.k)), bv, bt,
+				Contiguous(y, int64(s.batch), int64(s.m), int64(s.n)), s.bT)
+			if err == nil {
+				err = d.Run(ds)
+			}
+			if err != nil {
+				t.Fatalf("%+v: %v", s, err)
+			}
+			want, mag := matmulRef(a, b, bias, s.batch, s.m, s.n, s.k, s.bT, s.bBatch)
+			for i, g := range y.Float32s() {
+				if math.Abs(float64(g)-want[i]) > 1e-5*mag[i]+1e-6 {
+					t.Fatalf("%+v bias %v: y[%d] = %v, want %v", s, withBias, i, g, want[i])
 				}
 			}
 		}
 	}
 	small := upload(t, d, make([]float32, 4))
-	if err := d.Linear(small, small, nil, small, 2, 2, 4); err == nil {
-		t.Error("linear past its buffers: no error")
+	if _, err := MatmulOp(Contiguous(small, 2, 4), Contiguous(small, 2, 4), nil, Contiguous(small, 2, 2), true); err == nil {
+		t.Error("matmul reading past its buffers: no error")
+	}
+}
+
+// A program of chained dispatches (y = GELU(x·Wᵀ + b) + x·Wᵀ, through an intermediate
+// buffer) recorded once gives the chain's result, and the same bits on every one of 300 runs.
+func TestProgram(t *testing.T) {
+	d := device(t)
+	rng := rand.New(rand.NewPCG(9, 10))
+	const m, n, k = 13, 40, 70
+	x, w, bias := randoms(rng, m*k, 1), randoms(rng, n*k, 0.2), randoms(rng, n, 1)
+	xb, wb, bb := upload(t, d, x), upload(t, d, w), upload(t, d, bias)
+	h, err := d.Alloc(m*n, false) // device-local intermediate
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Free()
+	g := upload(t, d, make([]float32, m*n))
+	y := upload(t, d, make([]float32, m*n))
+	bt := Contiguous(bb, n)
+	var ds []Dispatch
+	for _, mk := range []func() (Dispatch, error){
+		func() (Dispatch, error) {
+			return MatmulOp(Contiguous(xb, m, k), Contiguous(wb, n, k), &bt, Contiguous(h, m, n), true)
+		},
+		func() (Dispatch, error) { return UnaryOp(cgo.UGELUErf, Contiguous(h, m, n), Contiguous(g, m, n), 0, 0) },
+		func() (Dispatch, error) {
+			return BinaryOp(cgo.BSub, Contiguous(g, m, n), Tensor{Buf: bb, Shape: []int64{m, n}, Stride: []int64{0, 1}}, Contiguous(y, m, n))
+		},
+		func() (Dispatch, error) { return BinaryOp(cgo.BAdd, Contiguous(y, m, n), Contiguous(h, m, n), Contiguous(y, m, n)) },
+	} {
+		dp, err := mk()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, dp)
+	}
+	prog, err := d.NewProgram(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	lin, mag := matmulRef(x, w, bias, 1, m, n, k, true, false)
+	var first []float32
+	for run := range 300 {
+		clear(y.Float32s())
+		if err := prog.Run(); err != nil {
+			t.Fatal(err)
+		}
+		if run == 0 {
+			first = append([]float32(nil), y.Float32s()...)
+			for i, got := range first {
+				v := lin[i]
+				want := 0.5*v*(1+math.Erf(v/math.Sqrt2)) - float64(bias[i%n]) + v
+				if math.Abs(float64(got)-want) > 1e-5*mag[i]+1e-5 {
+					t.Fatalf("y[%d] = %v, want %v", i, got, want)
+				}
+			}
+			continue
+		}
+		for i, got := range y.Float32s() {
+			if math.Float32bits(got) != math.Float32bits(first[i]) {
+				t.Fatalf("run %d: y[%d] = %v, run 0 gave %v", run, i, got, first[i])
+			}
+		}
 	}
 }
 
