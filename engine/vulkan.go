@@ -12,10 +12,10 @@ import (
 // plans a graph like the CPU backend (one arena by liveness, here one device-local
 // allocation; inputs and outputs in host-visible buffers; persistent buffers in device memory,
 // allocated by Alloc) and records every node as a dispatch into one command buffer that Run
-// submits once. Today the ops with shaders are Copy, the unary and binary ops and Matmul
-// (Linear with F32 weights) over views of up to 4 axes; a graph with any other op, or a
-// weight in another encoding, is a compile error naming it, so a caller can keep that
-// model on the CPU.
+// submits once. Today the ops with shaders are Copy, Concat, the unary and binary ops,
+// Matmul (Linear with F32 weights), LayerNorm, RMSNorm, Softmax, RoPE and Attention, over
+// views of up to 4 axes; a graph with any other op, or a weight in another encoding, is a
+// compile error naming it, so a caller can keep that model on the CPU.
 type Vulkan struct {
 	dev *vulkan.Device
 }
@@ -82,6 +82,8 @@ func (v *Vulkan) Alloc(name string, dtype DType, shape ...int64) (*Buffer, error
 type vulkanProgram struct {
 	prog    *vulkan.Program
 	arena   *vulkan.Buffer
+	consts  []*vulkan.Buffer // tables the program's shaders read (RoPE cos/sin)
+	prerun  []func()         // host work before each submission (the RoPE tables of the run's positions)
 	io      map[string]*vulkan.Buffer
 	inputs  map[string]int
 	outputs map[string]int
@@ -142,7 +144,72 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 		var d vulkan.Dispatch
 		var err error
 		dst := operand(nd.dst)
+		ints := map[int]bool{} // operands that are int32 (RoPE positions)
 		switch nd.op {
+		case cgo.OpConcat:
+			// One copy per source into its slice of the destination.
+			ax := int(nd.ip[0])
+			at := int64(0)
+			for si, src := range nd.src {
+				sv := operand(src)
+				view := dst
+				view.Shape = append([]int64(nil), sv.Shape...)
+				view.Off += int(at * dst.Stride[ax])
+				at += sv.Shape[ax]
+				if si == len(nd.src)-1 {
+					d, err = vulkan.UnaryOp(vulkan.UCopy, sv, view, 0, 0)
+					break
+				}
+				c, cerr := vulkan.UnaryOp(vulkan.UCopy, sv, view, 0, 0)
+				if cerr != nil {
+					err = cerr
+					break
+				}
+				ds = append(ds, c)
+			}
+		case cgo.OpLayerNorm, cgo.OpRMSNorm:
+			var w, b *vulkan.Tensor
+			if len(nd.src) > 1 {
+				t := operand(nd.src[1])
+				w = &t
+			}
+			if len(nd.src) > 2 {
+				t := operand(nd.src[2])
+				b = &t
+			}
+			d, err = vulkan.NormOp(nd.op == cgo.OpRMSNorm, operand(nd.src[0]), w, b, dst, nd.fp[0])
+		case cgo.OpSoftmax:
+			var mask *vulkan.Tensor
+			if len(nd.src) > 1 {
+				t := operand(nd.src[1])
+				mask = &t
+			}
+			scale := nd.fp[0]
+			if scale == 0 {
+				scale = 1
+			}
+			d, err = vulkan.SoftmaxOp(operand(nd.src[0]), mask, dst, scale)
+		case cgo.OpRoPE:
+			ints[nd.src[1]] = true
+			rot := int(nd.ip[0])
+			if rot == 0 {
+				rot = int(dst.Shape[len(dst.Shape)-1])
+			}
+			var cs vulkan.Tensor
+			if cs, err = prog.ropeTable(v.dev, g, p, nd.src[1], float64(nd.fp[0]), rot); err == nil {
+				d, err = vulkan.RopeOp(operand(nd.src[0]), cs, dst, rot, nd.ip[1] == 1)
+			}
+		case cgo.OpAttention:
+			var mask, bias *vulkan.Tensor
+			if nd.ip[0] == 1 {
+				t := operand(nd.src[3])
+				mask = &t
+			}
+			if nd.ip[1] == 1 {
+				t := operand(nd.src[4])
+				bias = &t
+			}
+			d, err = vulkan.AttentionOp(operand(nd.src[0]), operand(nd.src[1]), operand(nd.src[2]), mask, bias, dst, nd.fp[0])
 		case cgo.OpCopy:
 			d, err = vulkan.UnaryOp(vulkan.UCopy, operand(nd.src[0]), dst, 0, 0)
 		case cgo.OpUnary:
@@ -161,8 +228,12 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 		}
 		if err == nil {
 			for _, s := range append([]int{nd.dst}, nd.src...) {
-				if dt := g.tensors[s].dtype; dt != F32 {
-					err = fmt.Errorf("op %s on a %s tensor: the shaders take F32", opName(nd.op), dtypeName(dt))
+				want := F32
+				if ints[s] {
+					want = I32
+				}
+				if dt := g.tensors[s].dtype; dt != want {
+					err = fmt.Errorf("op %s on a %s tensor: the shader takes %s", opName(nd.op), dtypeName(dt), dtypeName(want))
 				}
 			}
 		}
@@ -179,7 +250,37 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 	return prog, nil
 }
 
-func (p *vulkanProgram) Run() error { return p.prog.Run() }
+func (p *vulkanProgram) Run() error {
+	for _, f := range p.prerun {
+		f()
+	}
+	return p.prog.Run()
+}
+
+// ropeTable is the cos/sin table of a RoPE node: filled before each run from the positions
+// when they are a graph input (as the CPU backend computes them, in double precision).
+// Positions computed inside the graph are not supported yet.
+func (p *vulkanProgram) ropeTable(dev *vulkan.Device, g *Graph, pl *plan, posID int, theta float64, rot int) (vulkan.Tensor, error) {
+	pos := &g.tensors[pl.root[posID]]
+	if pos.kind != kindInput {
+		return vulkan.Tensor{}, fmt.Errorf("RoPE positions must be a graph input on Vulkan (they are computed in the graph)")
+	}
+	in := p.io[pos.name]
+	view := &g.tensors[posID]
+	T := int(numel(view.shape))
+	cs, err := dev.Alloc(T*rot, true)
+	if err != nil {
+		return vulkan.Tensor{}, err
+	}
+	p.consts = append(p.consts, cs)
+	off := int(view.offset)
+	p.prerun = append(p.prerun, func() {
+		f := in.Float32s()
+		ids := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(f))), len(f))
+		vulkan.RopeTable(cs.Float32s(), ids[off:off+T], theta, rot)
+	})
+	return vulkan.Contiguous(cs, int64(T*rot)), nil
+}
 
 func (p *vulkanProgram) Input(name string) []float32 {
 	if b := p.io[name]; b != nil {
@@ -214,6 +315,10 @@ func (p *vulkanProgram) Close() {
 		p.arena.Free()
 		p.arena = nil
 	}
+	for _, b := range p.consts {
+		b.Free()
+	}
+	p.consts = nil
 	for _, b := range p.io {
 		b.Free()
 	}

@@ -117,11 +117,11 @@ func TestVulkanMatchesCPU(t *testing.T) {
 func TestVulkanRefuses(t *testing.T) {
 	v := vulkanBackend(t)
 	g := NewGraph("norm")
-	g.Label("encoder.norm")
-	x := g.Input("x", F32, 4, 8)
-	g.Output("y", g.LayerNorm(x, nil, nil, 1e-5))
-	if _, err := v.Compile(g); err == nil || !strings.Contains(err.Error(), "LayerNorm") || !strings.Contains(err.Error(), "encoder.norm") {
-		t.Errorf("LayerNorm on Vulkan: %v", err)
+	g.Label("decoder.norm")
+	x := g.Input("x", F32, 1, 4, 8)
+	g.Output("y", g.GroupNorm(x, 2, nil, nil, 1e-5))
+	if _, err := v.Compile(g); err == nil || !strings.Contains(err.Error(), "GroupNorm") || !strings.Contains(err.Error(), "decoder.norm") {
+		t.Errorf("GroupNorm on Vulkan: %v", err)
 	}
 	host, _ := NewBuffer("host_w", F32, 8, 8)
 	defer host.Free()
@@ -132,5 +132,143 @@ func TestVulkanRefuses(t *testing.T) {
 	}
 	if _, err := v.Alloc("q", Q8_0, 4, 32); err == nil || !strings.Contains(err.Error(), "Q8_0") {
 		t.Errorf("a Q8_0 buffer on Vulkan: %v", err)
+	}
+}
+
+// compareBackends builds a graph on the CPU and on Vulkan with the same inputs (fill) and
+// checks every output within tol relative (and 1e-6 absolute).
+func compareBackends(t *testing.T, v *Vulkan, build func(b Backend, g *Graph) func(), fill func(name string, f []float32, i []int32), outs []string, tol float64) {
+	t.Helper()
+	cpu, err := NewCPU(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cpu.Close()
+	var progs []Program
+	for _, b := range []Backend{cpu, v} {
+		g := NewGraph("compare")
+		free := build(b, g)
+		defer free()
+		p, err := b.Compile(g)
+		if err != nil {
+			t.Fatalf("%s: %v", b.Name(), err)
+		}
+		defer p.Close()
+		for name, id := range g.inputs {
+			if g.tensors[id].dtype == I32 {
+				fill(name, nil, p.InputInt32(name))
+			} else {
+				fill(name, p.Input(name), nil)
+			}
+		}
+		if err := p.Run(); err != nil {
+			t.Fatalf("%s: %v", b.Name(), err)
+		}
+		progs = append(progs, p)
+	}
+	for _, o := range outs {
+		want, got := progs[0].Output(o), progs[1].Output(o)
+		if len(want) == 0 || len(got) != len(want) {
+			t.Fatalf("%s: %d values on Vulkan, %d on the CPU", o, len(got), len(want))
+		}
+		for i := range want {
+			w, g := float64(want[i]), float64(got[i])
+			if math.IsNaN(g) || math.Abs(g-w) > tol*math.Abs(w)+1e-6 {
+				t.Fatalf("%s[%d] = %v on Vulkan, %v on the CPU", o, i, g, w)
+			}
+		}
+	}
+}
+
+func randomFill(seed uint64) func(string, []float32, []int32) {
+	return func(name string, f []float32, _ []int32) {
+		rng := rand.New(rand.NewPCG(seed, uint64(len(name))))
+		for i := range f {
+			f[i] = float32(rng.NormFloat64())
+		}
+	}
+}
+
+// Norms and softmax: LayerNorm with weight and bias, without affine, RMSNorm with weight,
+// softmax with a scale and a broadcast mask holding −∞ (one row masked out entirely).
+func TestVulkanNormsAndSoftmax(t *testing.T) {
+	v := vulkanBackend(t)
+	const rows, n = 6, 300
+	w, b := make([]float32, n), make([]float32, n)
+	for i := range w {
+		w[i], b[i] = 1+float32(i%7)/10, float32(i%5)/10-0.2
+	}
+	fill := func(name string, f []float32, i []int32) {
+		randomFill(3)(name, f, i)
+		if name == "mask" {
+			for j := range f {
+				if j%n%3 == 0 || j/n == 2 {
+					f[j] = float32(math.Inf(-1))
+				}
+			}
+		}
+	}
+	compareBackends(t, v, func(be Backend, g *Graph) func() {
+		wb, _ := Upload(be, "w", w, n)
+		bb, _ := Upload(be, "b", b, n)
+		x := g.Input("x", F32, 2, rows/2, n)
+		mask := g.Input("mask", F32, rows/2, n)
+		wt, bt := g.Persistent(wb), g.Persistent(bb)
+		g.Output("ln", g.LayerNorm(x, &wt, &bt, 1e-5))
+		g.Output("ln0", g.LayerNorm(x, nil, nil, 1e-6))
+		g.Output("rms", g.RMSNorm(x, &wt, 1e-6))
+		g.Output("sm", g.Softmax(x, &mask, 0.7))
+		return func() { wb.Free(); bb.Free() }
+	}, fill, []string{"ln", "ln0", "rms", "sm"}, 2e-5)
+}
+
+// An attention block as the models build it: RoPE on q and k (both pair layouts, positions
+// in the thousands), k and v concatenated after a cache along time, grouped-query attention
+// with a mask (−∞ entries, one query row masked out) and a per-head bias, through strided
+// views (permuted heads).
+func TestVulkanAttentionBlock(t *testing.T) {
+	v := vulkanBackend(t)
+	const H, Hk, Tq, Tc, D = 4, 2, 9, 5, 32
+	Tk := int64(Tc + Tq)
+	for _, mode := range []int{RoPEInterleaved, RoPEHalf} {
+		fill := func(name string, f []float32, p []int32) {
+			randomFill(uint64(5+mode))(name, f, p)
+			switch name {
+			case "qpos":
+				for i := range p {
+					p[i] = int32(3000 + Tc + i)
+				}
+			case "kpos":
+				for i := range p {
+					p[i] = int32(3000 + i)
+				}
+			case "mask":
+				for j := range f {
+					if j%int(Tk) > Tc+j/int(Tk) || j/int(Tk) == 4 {
+						f[j] = float32(math.Inf(-1))
+					}
+				}
+			}
+		}
+		compareBackends(t, v, func(be Backend, g *Graph) func() {
+			x := g.Input("x", F32, Tq, H*D)    // a layer's q projection, time-major
+			kv := g.Input("kv", F32, Tq, Hk*D) // and its k/v projection
+			ck := g.Input("cache_k", F32, 1, Hk, Tc, D)
+			cv := g.Input("cache_v", F32, 1, Hk, Tc, D)
+			qpos := g.Input("qpos", I32, Tq)
+			kpos := g.Input("kpos", I32, Tk)
+			mask := g.Input("mask", F32, Tq, Tk)
+			bias := g.Input("bias", F32, H, Tq, Tk)
+			heads := func(t Tensor, h int64) Tensor { return g.Permute(g.Reshape(t, 1, Tq, h, D), 0, 2, 1, 3) }
+			q := g.RoPE(heads(x, H), qpos, D, mode, 10000)
+			k := g.Concat(2, ck, heads(kv, Hk))
+			vv := g.Concat(2, cv, heads(g.Scale(kv, -0.5, 0.1), Hk))
+			k = g.RoPE(k, kpos, D/2, mode, 10000)
+			a := g.Attention(q, k, vv, &mask, &bias, 0)
+			g.Output("q", q)
+			g.Output("k", k)
+			g.Output("att", g.Reshape(g.Permute(a, 0, 2, 1, 3), Tq, H*D))
+			return func() {}
+		}, fill, []string{"q", "k", "att"}, 3e-5)
 	}
 }

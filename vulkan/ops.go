@@ -298,3 +298,192 @@ func (p *Program) Close() {
 		p.p = nil
 	}
 }
+
+// contiguous reports whether t is row-major with no gaps.
+func (t Tensor) contiguous() bool {
+	s := int64(1)
+	for i := len(t.Shape) - 1; i >= 0; i-- {
+		if t.Shape[i] != 1 && t.Stride[i] != s {
+			return false
+		}
+		s *= t.Shape[i]
+	}
+	return true
+}
+
+// rowGroups is the dispatch size for one workgroup per row.
+func rowGroups(rows int64) [3]uint32 {
+	gx := min(rows, 65535)
+	return [3]uint32{uint32(max(gx, 1)), uint32(max((rows+gx-1)/max(gx, 1), 1)), 1}
+}
+
+// rowsOf checks a contiguous operand and returns its rows and row length.
+func rowsOf(op, role string, t Tensor, shape []int64) (rows, n int64, err error) {
+	if err := t.check(op, role, shape); err != nil {
+		return 0, 0, err
+	}
+	if !t.contiguous() || len(shape) == 0 {
+		return 0, 0, fmt.Errorf("vulkan: %s: %s %v must be contiguous", op, role, t.Shape)
+	}
+	n = shape[len(shape)-1]
+	if n == 0 {
+		return 0, 0, fmt.Errorf("vulkan: %s: rows of no values", op)
+	}
+	return numel(shape) / n, n, nil
+}
+
+// NormOp is LayerNorm (rms false: (x − mean)/sqrt(var + eps)·w + b) or RMSNorm (x/rms·w) over
+// the last axis of contiguous x into contiguous y; w and b (length n, contiguous) optional.
+func NormOp(rms bool, x Tensor, w, b *Tensor, y Tensor, eps float32) (Dispatch, error) {
+	rows, n, err := rowsOf("norm", "x", x, y.Shape)
+	if err == nil {
+		_, _, err = rowsOf("norm", "y", y, y.Shape)
+	}
+	if err != nil {
+		return Dispatch{}, err
+	}
+	bufs := []*Buffer{x.Buf, x.Buf, x.Buf, y.Buf}
+	var hasW, hasB, woff, boff uint32
+	for i, o := range []*Tensor{w, b} {
+		if o == nil {
+			continue
+		}
+		if err := o.check("norm", "weight", []int64{n}); err != nil || o.Stride[0] != 1 {
+			return Dispatch{}, fmt.Errorf("vulkan: norm: weight/bias must be %d contiguous values", n)
+		}
+		bufs[1+i] = o.Buf
+		if i == 0 {
+			hasW, woff = 1, uint32(o.Off)
+		} else {
+			hasB, boff = 1, uint32(o.Off)
+		}
+	}
+	mode := uint32(0)
+	if rms {
+		mode = 1
+	}
+	push := []uint32{uint32(rows), uint32(n), mode, hasW, hasB, math.Float32bits(eps), uint32(x.Off), woff, boff, uint32(y.Off)}
+	return Dispatch{op: "norm", shader: "norm", nbuf: 4, bufs: bufs, push: push, groups: rowGroups(rows)}, nil
+}
+
+// SoftmaxOp is y = softmax(x·scale + mask) over the last axis of contiguous x (up to 4
+// axes) into contiguous y; the mask (x's shape, any strides, 0 to broadcast) is optional.
+func SoftmaxOp(x Tensor, mask *Tensor, y Tensor, scale float32) (Dispatch, error) {
+	rows, n, err := rowsOf("softmax", "x", x, y.Shape)
+	if err == nil {
+		_, _, err = rowsOf("softmax", "y", y, y.Shape)
+	}
+	if err != nil {
+		return Dispatch{}, err
+	}
+	sh, _ := words4(y.Shape, y.Stride)
+	bufs := []*Buffer{x.Buf, x.Buf, y.Buf}
+	var has, moff uint32
+	var ms [4]uint32
+	if mask != nil {
+		if err := mask.check("softmax", "mask", y.Shape); err != nil {
+			return Dispatch{}, err
+		}
+		_, ms = words4(mask.Shape, mask.Stride)
+		bufs[1], has, moff = mask.Buf, 1, uint32(mask.Off)
+	}
+	push := []uint32{uint32(rows), uint32(n), math.Float32bits(scale), has, uint32(x.Off), uint32(y.Off), moff,
+		sh[1], sh[2], ms[0], ms[1], ms[2], ms[3]}
+	return Dispatch{op: "softmax", shader: "softmax", nbuf: 3, bufs: bufs, push: push, groups: rowGroups(rows)}, nil
+}
+
+// RopeTable writes the cos and sin of every rotary angle for positions pos into cs
+// ([len(pos)][rot/2][2]): pair i of position p turns by p·theta^(−2i/rot), computed in
+// double precision and rounded to float, as the CPU backend does.
+func RopeTable(cs []float32, pos []int32, theta float64, rot int) {
+	half := rot / 2
+	for i := range half {
+		inv := math.Pow(theta, -float64(2*i)/float64(rot))
+		for t, p := range pos {
+			a := float64(p) * inv
+			cs[2*(t*half+i)] = float32(math.Cos(a))
+			cs[2*(t*half+i)+1] = float32(math.Sin(a))
+		}
+	}
+}
+
+// RopeOp turns x [B, H, T, D] (any strides) into contiguous y: pair i of the first rot dims
+// (interleaved pairs, or rotate-half) by the angle whose cos and sin RopeTable wrote in cs
+// ([T, rot/2, 2]) for the run's positions.
+func RopeOp(x, cs Tensor, y Tensor, rot int, rotateHalf bool) (Dispatch, error) {
+	if len(y.Shape) != 4 {
+		return Dispatch{}, fmt.Errorf("vulkan: rope: y %v must be [B, H, T, D]", y.Shape)
+	}
+	T, D := y.Shape[2], y.Shape[3]
+	if err := x.check("rope", "x", y.Shape); err != nil {
+		return Dispatch{}, err
+	}
+	if _, _, err := rowsOf("rope", "y", y, y.Shape); err != nil {
+		return Dispatch{}, err
+	}
+	if rot <= 0 || rot%2 != 0 || int64(rot) > D {
+		return Dispatch{}, fmt.Errorf("vulkan: rope: %d rotary dims of %d", rot, D)
+	}
+	if err := cs.check("rope", "cos/sin table", []int64{T * int64(rot)}); err != nil || cs.Off%2 != 0 || cs.Stride[0] != 1 {
+		return Dispatch{}, fmt.Errorf("vulkan: rope: a table of %d×%d values (RopeTable) at an even offset wanted", T, rot)
+	}
+	mode := uint32(0)
+	if rotateHalf {
+		mode = 1
+	}
+	n := numel(y.Shape)
+	push := []uint32{uint32(n), uint32(y.Shape[1]), uint32(T), uint32(D), uint32(rot), mode,
+		uint32(x.Off), uint32(x.Stride[0]), uint32(x.Stride[1]), uint32(x.Stride[2]), uint32(x.Stride[3]),
+		uint32(cs.Off / 2), uint32(y.Off)}
+	return Dispatch{op: "rope", shader: "rope", nbuf: 3, bufs: []*Buffer{x.Buf, cs.Buf, y.Buf}, push: push, groups: elementGroups(n)}, nil
+}
+
+// AttentionOp is y = softmax(q·kᵀ·scale + mask + bias)·v for q [B, H, Tq, D], k [B, Hk, Tk, D],
+// v [B, Hk, Tk, Dv] (H a multiple of Hk: grouped-query), mask [Tq, Tk] and bias [H, Tq, Tk]
+// optional; every operand but y [B, H, Tq, Dv] (contiguous) takes any strides. Dv ≤ 256.
+func AttentionOp(q, k, v Tensor, mask, bias *Tensor, y Tensor, scale float32) (Dispatch, error) {
+	if len(q.Shape) != 4 || len(k.Shape) != 4 || len(v.Shape) != 4 || len(y.Shape) != 4 {
+		return Dispatch{}, fmt.Errorf("vulkan: attention: q, k, v, y must be [B, H, T, D]")
+	}
+	B, H, Tq, D := q.Shape[0], q.Shape[1], q.Shape[2], q.Shape[3]
+	Hk, Tk, Dv := k.Shape[1], k.Shape[2], v.Shape[3]
+	if Hk == 0 || H%Hk != 0 || Dv > 256 || Tk == 0 {
+		return Dispatch{}, fmt.Errorf("vulkan: attention: %d heads over %d kv heads, %d keys, value width %d (at most 256)", H, Hk, Tk, Dv)
+	}
+	checks := []struct {
+		t     Tensor
+		role  string
+		shape []int64
+	}{{q, "q", []int64{B, H, Tq, D}}, {k, "k", []int64{B, Hk, Tk, D}}, {v, "v", []int64{B, Hk, Tk, Dv}}, {y, "y", []int64{B, H, Tq, Dv}}}
+	for _, c := range checks {
+		if err := c.t.check("attention", c.role, c.shape); err != nil {
+			return Dispatch{}, err
+		}
+	}
+	if !y.contiguous() {
+		return Dispatch{}, fmt.Errorf("vulkan: attention: y must be contiguous")
+	}
+	bufs := []*Buffer{q.Buf, k.Buf, v.Buf, q.Buf, q.Buf, y.Buf}
+	var flags, moff, ms0, ms1, boff, bs0, bs1, bs2 uint32
+	if mask != nil {
+		if err := mask.check("attention", "mask", []int64{Tq, Tk}); err != nil {
+			return Dispatch{}, err
+		}
+		bufs[3], flags, moff, ms0, ms1 = mask.Buf, flags|1, uint32(mask.Off), uint32(mask.Stride[0]), uint32(mask.Stride[1])
+	}
+	if bias != nil {
+		if err := bias.check("attention", "bias", []int64{H, Tq, Tk}); err != nil {
+			return Dispatch{}, err
+		}
+		bufs[4], flags, boff = bias.Buf, flags|2, uint32(bias.Off)
+		bs0, bs1, bs2 = uint32(bias.Stride[0]), uint32(bias.Stride[1]), uint32(bias.Stride[2])
+	}
+	rows := B * H * Tq
+	push := []uint32{uint32(H), uint32(Hk), uint32(Tq), uint32(Tk), uint32(D), uint32(Dv), math.Float32bits(scale), flags,
+		uint32(q.Off), uint32(q.Stride[0]), uint32(q.Stride[1]), uint32(q.Stride[2]),
+		uint32(k.Off), uint32(k.Stride[0]), uint32(k.Stride[1]), uint32(k.Stride[2]),
+		uint32(v.Off), uint32(v.Stride[0]), uint32(v.Stride[1]), uint32(v.Stride[2]),
+		moff, ms0, ms1, boff, bs0, bs1, bs2,
+		uint32(y.Off), uint32(q.Stride[3]), uint32(k.Stride[3]), uint32(v.Stride[3]), uint32(rows)}
+	return Dispatch{op: "attention", shader: "attention", nbuf: 6, bufs: bufs, push: push, groups: rowGroups(rows)}, nil
+}

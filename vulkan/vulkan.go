@@ -5,9 +5,10 @@
 // so building needs no shader compiler, and `make shaders-check` verifies it is current.
 //
 // It holds devices, buffers, pipelines and the first ops' shaders (elementwise unary and
-// binary ops and batched matmul over strided views), run one at a time (Device.Run) or
-// recorded into a Program that one submission replays; engine.Vulkan compiles graphs onto
-// them. Every shader is tested against float64 references on Mesa's lavapipe.
+// binary ops, batched matmul, LayerNorm/RMSNorm, softmax, RoPE, attention, over strided
+// views), run one at a time (Device.Run) or recorded into a Program that one submission
+// replays; engine.Vulkan compiles graphs onto them. Every shader is tested on Mesa's
+// lavapipe, against float64 references here and against the CPU backend in engine.
 package vulkan
 
 /*
@@ -26,7 +27,7 @@ import (
 	"unsafe"
 )
 
-//go:generate sh -c "for f in unary binary matmul; do glslc -O --target-env=vulkan1.1 -o spv/$f.spv shaders/$f.comp || exit 1; done"
+//go:generate sh -c "for f in unary binary matmul norm softmax rope attention; do glslc -O --target-env=vulkan1.1 -o spv/$f.spv shaders/$f.comp || exit 1; done"
 
 //go:embed spv/*.spv
 var spirv embed.FS
