@@ -339,7 +339,9 @@ func TestProgram(t *testing.T) {
 		func() (Dispatch, error) {
 			return BinaryOp(cgo.BSub, Contiguous(g, m, n), Tensor{Buf: bb, Shape: []int64{m, n}, Stride: []int64{0, 1}}, Contiguous(y, m, n))
 		},
-		func() (Dispatch, error) { return BinaryOp(cgo.BAdd, Contiguous(y, m, n), Contiguous(h, m, n), Contiguous(y, m, n)) },
+		func() (Dispatch, error) {
+			return BinaryOp(cgo.BAdd, Contiguous(y, m, n), Contiguous(h, m, n), Contiguous(y, m, n))
+		},
 	} {
 		dp, err := mk()
 		if err != nil {
