@@ -25,6 +25,22 @@ type Allocator interface {
 	Alloc(name string, dtype DType, shape ...int64) (*Buffer, error)
 }
 
+// EncodingChecker is an Allocator whose programs read only some weight encodings (a GPU
+// backend today reads F32 only). Weight loaders keep a file's encoding, or pack F32 into
+// F32P, only where Accepts says so, and upload F32 values otherwise.
+type EncodingChecker interface {
+	Accepts(dtype DType) bool
+}
+
+// Accepts reports whether a's programs read dtype: true unless a is an EncodingChecker that
+// says no.
+func Accepts(a Allocator, dtype DType) bool {
+	if c, ok := a.(EncodingChecker); ok {
+		return c.Accepts(dtype)
+	}
+	return true
+}
+
 // Memory is one allocation of a backend.
 type Memory interface {
 	Bytes() int64

@@ -64,6 +64,10 @@ func (m vkMem) Write(off int64, p []byte) error {
 	return st.CopyRange(0, m.b, int(off/4), len(p)/4)
 }
 
+// Accepts implements EncodingChecker: the shaders read F32 (and I32 positions) only, so model
+// loaders upload other encodings as F32.
+func (v *Vulkan) Accepts(dtype DType) bool { return dtype == F32 || dtype == I32 }
+
 // Alloc implements Backend: F32 and I32 buffers in device-local memory (the shaders read
 // no other encoding yet).
 func (v *Vulkan) Alloc(name string, dtype DType, shape ...int64) (*Buffer, error) {

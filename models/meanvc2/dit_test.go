@@ -2,6 +2,7 @@ package meanvc2
 
 import (
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/voxpipe/voxpipe/internal/parity"
 	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 	"github.com/voxpipe/voxpipe/models/nn"
+	"github.com/voxpipe/voxpipe/vulkan"
 )
 
 func goldenModel(t *testing.T) (*parity.Run, *gguf.Model) {
@@ -299,4 +301,28 @@ func TestBadInputs(t *testing.T) {
 	if _, err := st.Step(cond, sp.timbre, nil); err == nil {
 		t.Error("Step ran on a closed state")
 	}
+}
+
+// The DiT runs on the Vulkan backend (lavapipe in CI) and passes every golden stage: its
+// weights stay F32 there, its programs are compiled onto the shaders and recorded into one
+// command buffer each.
+func TestGoldenDiTVulkan(t *testing.T) {
+	devs, err := vulkan.Devices()
+	if err == nil && len(devs) == 0 {
+		err = os.ErrNotExist
+	}
+	if err != nil {
+		if os.Getenv("VOXPIPE_REQUIRE_VULKAN") != "" {
+			t.Fatalf("Vulkan is required here (VOXPIPE_REQUIRE_VULKAN) but: %v", err)
+		}
+		t.Skipf("no Vulkan device: %v", err)
+	}
+	be, err := engine.NewVulkan(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	r, m := goldenModel(t)
+	GoldenDiT(r, m, be)
+	paritytest.Require(t, r.Stages())
 }

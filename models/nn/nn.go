@@ -68,14 +68,19 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 			return rerr
 		}
 		if edt, keep := t.keep(dt, s); keep {
-			b, err = engine.UploadRaw(a, name, edt, raw, s...)
-			weights.Done(r, raw)
+			switch {
+			case engine.Accepts(a, edt):
+				b, err = engine.UploadRaw(a, name, edt, raw, s...)
+			case edt == engine.F32P:
+				b, err = engine.UploadRaw(a, name, engine.F32, raw, s...) // the file's F32 values, unpacked
+			}
+			weights.Done(r, raw) // an encoding the backend does not read is decoded below
 		}
 	}
 	if b == nil && err == nil {
 		var data []float32
 		if data, _, err = src.Get(name); err == nil {
-			if t.packsF32(s) {
+			if t.packsF32(s) && engine.Accepts(a, engine.F32P) {
 				b, err = engine.UploadRaw(a, name, engine.F32P, f32Bytes(data), s...)
 			} else {
 				b, err = engine.Upload(a, name, data, s...)
