@@ -3,27 +3,17 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 
-	"github.com/voxpipe/voxpipe/vulkan"
+	"github.com/voxpipe/voxpipe/internal/vulkantest"
 )
 
 // vulkanBackend opens the first Vulkan device (lavapipe in CI); without one the test skips,
 // unless VOXPIPE_REQUIRE_VULKAN is set (make test sets it).
 func vulkanBackend(t *testing.T) *Vulkan {
 	t.Helper()
-	devs, err := vulkan.Devices()
-	if err == nil && len(devs) == 0 {
-		err = os.ErrNotExist
-	}
-	if err != nil {
-		if os.Getenv("VOXPIPE_REQUIRE_VULKAN") != "" {
-			t.Fatalf("Vulkan is required here (VOXPIPE_REQUIRE_VULKAN) but: %v", err)
-		}
-		t.Skipf("no Vulkan device: %v", err)
-	}
+	vulkantest.Require(t)
 	v, err := NewVulkan(0)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package meanvc2
 
 import (
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -11,8 +10,8 @@ import (
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/internal/parity"
 	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
+	"github.com/voxpipe/voxpipe/internal/vulkantest"
 	"github.com/voxpipe/voxpipe/models/nn"
-	"github.com/voxpipe/voxpipe/vulkan"
 )
 
 func goldenModel(t *testing.T) (*parity.Run, *gguf.Model) {
@@ -307,16 +306,7 @@ func TestBadInputs(t *testing.T) {
 // weights stay F32 there, its programs are compiled onto the shaders and recorded into one
 // command buffer each.
 func TestGoldenDiTVulkan(t *testing.T) {
-	devs, err := vulkan.Devices()
-	if err == nil && len(devs) == 0 {
-		err = os.ErrNotExist
-	}
-	if err != nil {
-		if os.Getenv("VOXPIPE_REQUIRE_VULKAN") != "" {
-			t.Fatalf("Vulkan is required here (VOXPIPE_REQUIRE_VULKAN) but: %v", err)
-		}
-		t.Skipf("no Vulkan device: %v", err)
-	}
+	vulkantest.Require(t)
 	be, err := engine.NewVulkan(0)
 	if err != nil {
 		t.Fatal(err)

@@ -26,13 +26,9 @@ func (s randomSource) Get(name string) ([]float32, []int, error) {
 
 func (s randomSource) Has(name string) bool { _, ok := s[name]; return ok }
 
-// A real-size model (random weights) loads, converts a few windows with finite output and
-// keeps the per-layer cache capacities.
-func TestRealSizeStep(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocates the 71 MB published model")
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
+// realRandom is the DiT's tensors at the published sizes with random values (scaled by fan-in)
+// and a real RoPE table.
+func realRandom(rng *rand.Rand) randomSource {
 	src := randomSource{}
 	for _, s := range RealTensors() {
 		n, fan := 1, s.Shape[len(s.Shape)-1]
@@ -53,6 +49,17 @@ func TestRealSizeStep(t *testing.T) {
 			shape []int
 		}{data, s.Shape}
 	}
+	return src
+}
+
+// A real-size model (random weights) loads, converts a few windows with finite output and
+// keeps the per-layer cache capacities.
+func TestRealSizeStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates the 71 MB published model")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	src := realRandom(rng)
 	d, err := LoadDiT(src, DefaultConfig(), cpu(t))
 	if err != nil {
 		t.Fatal(err)
@@ -108,26 +115,7 @@ func TestRealSizeBatchMatchesAlone(t *testing.T) {
 		t.Skip("allocates the 71 MB published model")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	src := randomSource{}
-	for _, s := range RealTensors() {
-		n, fan := 1, s.Shape[len(s.Shape)-1]
-		for _, d := range s.Shape {
-			n *= d
-		}
-		data := make([]float32, n)
-		for i := range data {
-			data[i] = float32(rng.NormFloat64() / math.Sqrt(float64(fan)))
-		}
-		if s.Name == "rotary_embed.inv_freq" {
-			for i := range data {
-				data[i] = float32(math.Pow(10000, -2*float64(i)/float64(2*n)))
-			}
-		}
-		src[s.Name] = struct {
-			data  []float32
-			shape []int
-		}{data, s.Shape}
-	}
+	src := realRandom(rng)
 	d, err := LoadDiT(src, DefaultConfig(), cpu(t))
 	if err != nil {
 		t.Fatal(err)
