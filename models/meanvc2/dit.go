@@ -177,7 +177,8 @@ type DiT struct {
 	// by batch size and options: shared by every State, since a State's caches are inputs.
 	progMu sync.Mutex
 	progs  *engine.Cache
-	times  []timeCond // per (t, r) of Config.Timesteps, computed at load
+	names  [MaxBatch]stepNames // the step programs' per-session input and output names
+	times  []timeCond          // per (t, r) of Config.Timesteps, computed at load
 }
 
 // timeCond is what one (t, r) of the schedule gives every DiT call: the two time embeddings
@@ -260,7 +261,8 @@ func LoadDiT(src weights.Source, cfg Config, backend engine.Backend) (*DiT, erro
 	if err := nn.Bind(src, backend, w); err != nil {
 		return nil, fmt.Errorf("meanvc2: load: %w", err)
 	}
-	d := &DiT{Config: cfg, backend: backend, w: w, ropeDims: int64(cfg.DimHead), ropeBase: float32(cfg.RopeBase)}
+	d := &DiT{Config: cfg, backend: backend, w: w, ropeDims: int64(cfg.DimHead), ropeBase: float32(cfg.RopeBase),
+		names: newStepNames(cfg.Depth)}
 	d.qkv = make([]*nn.Linear, len(w.Blocks))
 	var err error
 	for l := range w.Blocks {
@@ -334,13 +336,33 @@ func (d *DiT) Close() {
 // (the last call of a step); trace exposes the intermediate stages.
 type stepOpts struct{ commit, trace bool }
 
-// sessionInput names a per-session input or output of a batched program: session 0 keeps
-// the plain name (the single-session program's), session b > 0 gets a ".b" suffix.
-func sessionInput(base string, b int) string {
-	if b == 0 {
-		return base
+// stepNames are the names of one session's inputs and outputs in a batched step program:
+// session 0 keeps the plain names (the single-session program's), session b > 0 gets a ".b"
+// suffix. Made once at load, so a step formats no names.
+type stepNames struct {
+	qpos                         string
+	k, v, knew, vnew, kpos, mask []string // per layer
+}
+
+func newStepNames(depth int) [MaxBatch]stepNames {
+	var out [MaxBatch]stepNames
+	for b := range out {
+		sfx := ""
+		if b > 0 {
+			sfx = fmt.Sprintf(".%d", b)
+		}
+		n := &out[b]
+		n.qpos = "qpos" + sfx
+		for l := range depth {
+			n.k = append(n.k, fmt.Sprintf("k%d%s", l, sfx))
+			n.v = append(n.v, fmt.Sprintf("v%d%s", l, sfx))
+			n.knew = append(n.knew, fmt.Sprintf("knew%d%s", l, sfx))
+			n.vnew = append(n.vnew, fmt.Sprintf("vnew%d%s", l, sfx))
+			n.kpos = append(n.kpos, fmt.Sprintf("kpos%d%s", l, sfx))
+			n.mask = append(n.mask, fmt.Sprintf("mask%d%s", l, sfx))
+		}
 	}
-	return fmt.Sprintf("%s.%d", base, b)
+	return out
 }
 
 // buildStep is one DiT call over the Window() frames of a step for B sessions at once: every
@@ -348,7 +370,7 @@ func sessionInput(base string, b int) string {
 // own caches with its own positions and masks. Inputs: x [B·W, mel], cond [B·W, bn], spk
 // [B, spk], gtm_k/gtm_v [B·slots, hidden], mod [depth, 6·dim] and fin [1, 2·dim] (the call's
 // time conditioning, shared: every session of a batch is at the same call of its step), and
-// per session b (sessionInput names): qpos [W], per layer kpos{l} [cap+W], mask{l} [W, cap+W],
+// per session b (d.names[b]): qpos [W], per layer kpos{l} [cap+W], mask{l} [W, cap+W],
 // k{l} and v{l} [H, cap, Dh] (the cache, valid rows at the end: older rows are masked; keys
 // after RMSNorm, before RoPE). Output u [B·W, mel]; a commit also outputs every cache shifted
 // by the chunk's rows (knew{l}, vnew{l}). Each session's rows are bit for bit what it gets
@@ -368,7 +390,7 @@ func (d *DiT) buildStep(B int, o stepOpts) *engine.Graph {
 	gv := g.Input("gtm_v", engine.F32, nb*slots, int64(c.GTMHidden))
 	qpos := make([]engine.Tensor, B)
 	for b := range B {
-		qpos[b] = g.Input(sessionInput("qpos", b), engine.I32, W)
+		qpos[b] = g.Input(d.names[b].qpos, engine.I32, W)
 	}
 	trace := func(name string, t engine.Tensor) {
 		if o.trace {
@@ -440,10 +462,11 @@ func (d *DiT) buildStep(B int, o stepOpts) *engine.Graph {
 		qkv := nn.ForwardFused(g, d.qkv[l], n, &blk.Q, &blk.K, &blk.V)
 		qs, ks, vs := heads(qkv[0], &blk.QNorm), heads(qkv[1], &blk.KNorm), heads(qkv[2], nil)
 		att := perSession(func(b int) engine.Tensor {
-			kpos := g.Input(sessionInput(fmt.Sprintf("kpos%d", l), b), engine.I32, capL+W)
-			mask := g.Input(sessionInput(fmt.Sprintf("mask%d", l), b), engine.F32, W, capL+W)
-			ck := g.Reshape(g.Input(sessionInput(fmt.Sprintf("k%d", l), b), engine.F32, H, capL, Dh), 1, H, capL, Dh)
-			cv := g.Reshape(g.Input(sessionInput(fmt.Sprintf("v%d", l), b), engine.F32, H, capL, Dh), 1, H, capL, Dh)
+			nm := &d.names[b]
+			kpos := g.Input(nm.kpos[l], engine.I32, capL+W)
+			mask := g.Input(nm.mask[l], engine.F32, W, capL+W)
+			ck := g.Reshape(g.Input(nm.k[l], engine.F32, H, capL, Dh), 1, H, capL, Dh)
+			cv := g.Reshape(g.Input(nm.v[l], engine.F32, H, capL, Dh), 1, H, capL, Dh)
 			q, k, v := session(qs, b), session(ks, b), session(vs, b)
 			kAll := g.Concat(2, ck, k)
 			vAll := g.Concat(2, cv, v)
@@ -455,10 +478,10 @@ func (d *DiT) buildStep(B int, o stepOpts) *engine.Graph {
 					if capL > chunk {
 						rows = g.Concat(2, g.Slice(cache, 2, chunk, capL), rows)
 					}
-					g.Output(sessionInput(name, b), g.Reshape(rows, H, capL, Dh))
+					g.Output(name, g.Reshape(rows, H, capL, Dh))
 				}
-				shift(ck, k, fmt.Sprintf("knew%d", l))
-				shift(cv, v, fmt.Sprintf("vnew%d", l))
+				shift(ck, k, nm.knew[l])
+				shift(cv, v, nm.vnew[l])
 			}
 			qr := g.RoPE(q, qpos[b], d.ropeDims, engine.RoPEInterleaved, d.ropeBase)
 			kr := g.RoPE(kAll, kpos, d.ropeDims, engine.RoPEInterleaved, d.ropeBase)

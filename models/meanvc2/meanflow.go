@@ -278,8 +278,8 @@ func (d *DiT) DenoiseBatch(states []*State, x0s, conds [][]float32, timbres []Ti
 			copy(gv[b*gn:], timbres[b].V)
 			s.positions(prog, b)
 			for l := range c.Depth {
-				copy(prog.Input(sessionInput(fmt.Sprintf("k%d", l), b)), s.kc[l])
-				copy(prog.Input(sessionInput(fmt.Sprintf("v%d", l), b)), s.vc[l])
+				copy(prog.Input(d.names[b].k[l]), s.kc[l])
+				copy(prog.Input(d.names[b].v[l]), s.vc[l])
 			}
 		}
 		copy(prog.Input("mod"), tc.mod)
@@ -310,8 +310,8 @@ func (d *DiT) DenoiseBatch(states []*State, x0s, conds [][]float32, timbres []Ti
 			s.last.X[i] = append(s.last.X[i][:0], x...)
 			if o.commit {
 				for l := range c.Depth {
-					copy(s.kc[l], prog.Output(sessionInput(fmt.Sprintf("knew%d", l), b)))
-					copy(s.vc[l], prog.Output(sessionInput(fmt.Sprintf("vnew%d", l), b)))
+					copy(s.kc[l], prog.Output(d.names[b].knew[l]))
+					copy(s.vc[l], prog.Output(d.names[b].vnew[l]))
 				}
 			}
 		}
@@ -356,7 +356,8 @@ func (d *DiT) stepProgram(B int, o stepOpts) (engine.Program, error) {
 func (s *State) positions(prog engine.Program, b int) {
 	c := s.d.Config
 	W, chunk := c.Window(), c.ChunkSize
-	qpos := prog.InputInt32(sessionInput("qpos", b))
+	nm := &s.d.names[b]
+	qpos := prog.InputInt32(nm.qpos)
 	for i := range qpos {
 		qpos[i] = int32(s.offset + i)
 	}
@@ -365,11 +366,11 @@ func (s *State) positions(prog engine.Program, b int) {
 		capL, n := c.CacheFrames(l), s.valid[l]
 		tp, tf := c.PastChunks[l], c.FutureChunks[l]
 		lk := capL + W
-		kpos := prog.InputInt32(sessionInput(fmt.Sprintf("kpos%d", l), b))
+		kpos := prog.InputInt32(nm.kpos[l])
 		for j := range kpos {
 			kpos[j] = int32(s.offset - capL + j)
 		}
-		mask := prog.Input(sessionInput(fmt.Sprintf("mask%d", l), b))
+		mask := prog.Input(nm.mask[l])
 		for i := range W {
 			cq := (n + i) / chunk
 			row := mask[i*lk : (i+1)*lk]

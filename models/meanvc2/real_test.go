@@ -52,21 +52,15 @@ func realRandom(rng *rand.Rand) randomSource {
 	return src
 }
 
-// A real-size model (random weights) loads, converts a few windows with finite output and
-// keeps the per-layer cache capacities.
-func TestRealSizeStep(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocates the 71 MB published model")
-	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	src := realRandom(rng)
-	d, err := LoadDiT(src, DefaultConfig(), cpu(t))
+// realDiT loads a real-size random DiT (closed with the test) and a random target voice.
+func realDiT(t *testing.T, rng *rand.Rand) (*DiT, Timbre) {
+	t.Helper()
+	d, err := LoadDiT(realRandom(rng), DefaultConfig(), cpu(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	c := d.Config
-	spk := make([]float32, c.SpkDim)
+	t.Cleanup(d.Close)
+	spk := make([]float32, d.Config.SpkDim)
 	for i := range spk {
 		spk[i] = float32(rng.NormFloat64())
 	}
@@ -74,6 +68,18 @@ func TestRealSizeStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return d, tb
+}
+
+// A real-size model (random weights) loads, converts a few windows with finite output and
+// keeps the per-layer cache capacities.
+func TestRealSizeStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates the 71 MB published model")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	d, tb := realDiT(t, rng)
+	c := d.Config
 	st := d.NewState()
 	defer st.Close()
 	cond := make([]float32, c.Window()*c.BNDim)
@@ -115,21 +121,8 @@ func TestRealSizeBatchMatchesAlone(t *testing.T) {
 		t.Skip("allocates the 71 MB published model")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
-	src := realRandom(rng)
-	d, err := LoadDiT(src, DefaultConfig(), cpu(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, tb := realDiT(t, rng)
 	c := d.Config
-	spk := make([]float32, c.SpkDim)
-	for i := range spk {
-		spk[i] = float32(rng.NormFloat64())
-	}
-	tb, err := d.Timbre(spk)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = MaxBatch
 	x0s, conds, tbs := make([][]float32, n), make([][]float32, n), make([]Timbre, n)
 	batched, alone := make([]*State, n), make([]*State, n)
