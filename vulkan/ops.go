@@ -225,13 +225,14 @@ func MatmulOp(a, b Tensor, bias *Tensor, y Tensor, bT bool) (Dispatch, error) {
 	return Dispatch{op: "matmul", shader: "matmul", nbuf: 4, bufs: []*Buffer{a.Buf, b.Buf, biasBuf, y.Buf}, push: push, groups: groups}, nil
 }
 
-// Run runs one dispatch at once and waits for it.
+// Run runs one dispatch at once (a program of one) and waits for it.
 func (d *Device) Run(ds Dispatch) error {
-	p, err := d.shader(ds.shader, ds.nbuf, 4*len(ds.push))
+	p, err := d.NewProgram([]Dispatch{ds})
 	if err != nil {
 		return err
 	}
-	return d.dispatch(ds.op, p, ds.bufs, ds.push, ds.groups)
+	defer p.Close()
+	return p.Run()
 }
 
 // Program is dispatches recorded once into one command buffer, with a barrier between

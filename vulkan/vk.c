@@ -363,12 +363,10 @@ void vxk_free(vxk_dev *d, vxk_buf *b) {
 	memset(b, 0, sizeof *b);
 }
 
-/* submit runs what record recorded into the device's command buffer and waits for it. */
-static int submit(vxk_dev *d, char *err) {
-	VkResult r = d->f.vkEndCommandBuffer(d->cmd);
-	VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &d->cmd};
-	if (r == VK_SUCCESS)
-		r = d->f.vkQueueSubmit(d->queue, 1, &si, d->fence);
+/* submit_wait submits an ended command buffer and waits for it; d->mu is held. */
+static int submit_wait(vxk_dev *d, VkCommandBuffer cmd, char *err) {
+	VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+	VkResult r = d->f.vkQueueSubmit(d->queue, 1, &si, d->fence);
 	if (r == VK_SUCCESS)
 		r = d->f.vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
 	d->f.vkResetFences(d->dev, 1, &d->fence);
@@ -377,6 +375,16 @@ static int submit(vxk_dev *d, char *err) {
 		return -1;
 	}
 	return 0;
+}
+
+/* submit ends the device's command buffer (what begin started) and runs it; d->mu is held. */
+static int submit(vxk_dev *d, char *err) {
+	VkResult r = d->f.vkEndCommandBuffer(d->cmd);
+	if (r != VK_SUCCESS) {
+		fail(err, "vkEndCommandBuffer: %s (%d)", vkres(r), r);
+		return -1;
+	}
+	return submit_wait(d, d->cmd, err);
 }
 
 static int begin(vxk_dev *d, char *err) {
@@ -419,8 +427,6 @@ struct vxk_pipe {
 	VkDescriptorSetLayout dsl;
 	VkPipelineLayout layout;
 	VkPipeline pipe;
-	VkDescriptorPool dpool;
-	VkDescriptorSet set;
 };
 
 vxk_pipe *vxk_pipeline(vxk_dev *d, const uint32_t *spirv, size_t bytes, int nbuf, int push_bytes, char *err) {
@@ -452,8 +458,6 @@ vxk_pipe *vxk_pipeline(vxk_dev *d, const uint32_t *spirv, size_t bytes, int nbuf
 	                                  .setLayoutCount = 1,
 	                                  .pushConstantRangeCount = push_bytes ? 1 : 0,
 	                                  .pPushConstantRanges = &pr};
-	VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = (uint32_t)nbuf};
-	VkDescriptorPoolCreateInfo dpi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 1, .poolSizeCount = 1, .pPoolSizes = &ps};
 	const char *step = "vkCreateShaderModule";
 	if ((r = d->f.vkCreateShaderModule(d->dev, &smi, NULL, &p->mod)) != VK_SUCCESS)
 		goto bad;
@@ -471,16 +475,6 @@ vxk_pipe *vxk_pipeline(vxk_dev *d, const uint32_t *spirv, size_t bytes, int nbuf
 	step = "vkCreateComputePipelines";
 	if ((r = d->f.vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &cpi, NULL, &p->pipe)) != VK_SUCCESS)
 		goto bad;
-	step = "vkCreateDescriptorPool";
-	if ((r = d->f.vkCreateDescriptorPool(d->dev, &dpi, NULL, &p->dpool)) != VK_SUCCESS)
-		goto bad;
-	VkDescriptorSetAllocateInfo dai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-	                                   .descriptorPool = p->dpool,
-	                                   .descriptorSetCount = 1,
-	                                   .pSetLayouts = &p->dsl};
-	step = "vkAllocateDescriptorSets";
-	if ((r = d->f.vkAllocateDescriptorSets(d->dev, &dai, &p->set)) != VK_SUCCESS)
-		goto bad;
 	return p;
 bad:
 	fail(err, "%s: %s (%d)", step, vkres(r), r);
@@ -491,8 +485,6 @@ bad:
 void vxk_pipeline_free(vxk_dev *d, vxk_pipe *p) {
 	if (!p)
 		return;
-	if (p->dpool)
-		d->f.vkDestroyDescriptorPool(d->dev, p->dpool, NULL);
 	if (p->pipe)
 		d->f.vkDestroyPipeline(d->dev, p->pipe, NULL);
 	if (p->layout)
@@ -502,38 +494,6 @@ void vxk_pipeline_free(vxk_dev *d, vxk_pipe *p) {
 	if (p->mod)
 		d->f.vkDestroyShaderModule(d->dev, p->mod, NULL);
 	free(p);
-}
-
-int vxk_run(vxk_dev *d, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes, uint32_t gx,
-            uint32_t gy, uint32_t gz, char *err) {
-	if (nbuf != p->nbuf || push_bytes != p->push) {
-		fail(err, "dispatch with %d buffers and %d push bytes; the pipeline takes %d and %d", nbuf, push_bytes, p->nbuf, p->push);
-		return -1;
-	}
-	VkDescriptorBufferInfo bi[16];
-	VkWriteDescriptorSet w[16];
-	for (int i = 0; i < nbuf; i++) {
-		bi[i] = (VkDescriptorBufferInfo){.buffer = (VkBuffer)(uintptr_t)bufs[i]->buf, .range = VK_WHOLE_SIZE};
-		w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-		                              .dstSet = p->set,
-		                              .dstBinding = (uint32_t)i,
-		                              .descriptorCount = 1,
-		                              .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-		                              .pBufferInfo = &bi[i]};
-	}
-	pthread_mutex_lock(&d->mu);
-	d->f.vkUpdateDescriptorSets(d->dev, (uint32_t)nbuf, w, 0, NULL);
-	int rc = begin(d, err);
-	if (rc == 0) {
-		d->f.vkCmdBindPipeline(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
-		d->f.vkCmdBindDescriptorSets(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &p->set, 0, NULL);
-		if (push_bytes)
-			d->f.vkCmdPushConstants(d->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)push_bytes, push);
-		d->f.vkCmdDispatch(d->cmd, gx, gy, gz);
-		rc = submit(d, err);
-	}
-	pthread_mutex_unlock(&d->mu);
-	return rc;
 }
 
 /* ---- programs ---- */
@@ -648,18 +608,10 @@ int vxk_prog_run(vxk_prog *pr, char *err) {
 		fail(err, "program not ended");
 		return -1;
 	}
-	VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &pr->cmd};
 	pthread_mutex_lock(&d->mu);
-	VkResult r = d->f.vkQueueSubmit(d->queue, 1, &si, d->fence);
-	if (r == VK_SUCCESS)
-		r = d->f.vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
-	d->f.vkResetFences(d->dev, 1, &d->fence);
+	int rc = submit_wait(d, pr->cmd, err);
 	pthread_mutex_unlock(&d->mu);
-	if (r != VK_SUCCESS) {
-		fail(err, "program run: %s (%d)", vkres(r), r);
-		return -1;
-	}
-	return 0;
+	return rc;
 }
 
 void vxk_prog_free(vxk_prog *pr) {

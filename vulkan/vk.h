@@ -1,7 +1,7 @@
 /* The Vulkan runtime of voxpipe's GPU backend: the loader is opened at run time (dlopen of
  * libvulkan.so.1), so the binary runs where no Vulkan is installed. One instance per process;
  * a vxk_dev is one logical device with one compute queue. Buffers, pipelines and the
- * buffer tables passed to vxk_run live in C memory. */
+ * buffer tables passed to vxk_prog_add live in C memory. */
 #ifndef VXK_H
 #define VXK_H
 
@@ -46,10 +46,6 @@ typedef struct vxk_pipe vxk_pipe;
  * constants; the shader's entry point is "main". */
 vxk_pipe *vxk_pipeline(vxk_dev *d, const uint32_t *spirv, size_t bytes, int nbuf, int push_bytes, char *err);
 void vxk_pipeline_free(vxk_dev *d, vxk_pipe *p);
-/* One dispatch of groups (gx, gy, gz) over bufs, submitted and waited for. */
-int vxk_run(vxk_dev *d, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes, uint32_t gx,
-            uint32_t gy, uint32_t gz, char *err);
-
 /* A program: dispatches recorded once into one command buffer (each with its own descriptor
  * set, a barrier between consecutive dispatches) and replayed by vxk_prog_run, one
  * submission per run. */

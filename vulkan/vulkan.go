@@ -255,29 +255,3 @@ func (d *Device) pipelineFrom(name string, code []byte, nbuf, push int) (*pipeli
 	}
 	return &pipeline{p: p, nbuf: nbuf, push: push}, nil
 }
-
-// dispatch runs p over bufs with the push constants and waits for it.
-func (d *Device) dispatch(op string, p *pipeline, bufs []*Buffer, push []uint32, groups [3]uint32) error {
-	if len(bufs) != p.nbuf || 4*len(push) != p.push {
-		return fmt.Errorf("vulkan: %s: %d buffers and %d push words for a pipeline of %d and %d bytes", op, len(bufs), len(push), p.nbuf, p.push)
-	}
-	e := errBuf()
-	defer C.free(unsafe.Pointer(e))
-	table := (*[16]*C.vxk_buf)(C.calloc(16, C.size_t(unsafe.Sizeof(uintptr(0)))))
-	defer C.free(unsafe.Pointer(table))
-	for i, b := range bufs {
-		if b == nil || b.b == nil || b.dev != d {
-			return fmt.Errorf("vulkan: %s: buffer %d is freed or of another device", op, i)
-		}
-		table[i] = b.b
-	}
-	var pc unsafe.Pointer
-	if len(push) > 0 {
-		pc = C.CBytes(unsafe.Slice((*byte)(unsafe.Pointer(&push[0])), 4*len(push)))
-		defer C.free(pc)
-	}
-	if C.vxk_run(d.d, p.p, &table[0], C.int(len(bufs)), pc, C.int(4*len(push)), C.uint32_t(groups[0]), C.uint32_t(groups[1]), C.uint32_t(groups[2]), e) != 0 {
-		return d.errorf(op, e)
-	}
-	return nil
-}
