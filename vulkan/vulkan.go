@@ -27,7 +27,7 @@ import (
 	"unsafe"
 )
 
-//go:generate sh -c "for f in unary binary matmul norm softmax rope attention; do glslc -O --target-env=vulkan1.1 -o spv/$f.spv shaders/$f.comp || exit 1; done"
+//go:generate sh -c "for f in shaders/*.comp; do n=$DOLLAR{f#shaders/}; glslc -O --target-env=vulkan1.1 -o spv/$DOLLAR{n%.comp}.spv $DOLLAR{f} || exit 1; done"
 
 //go:embed spv/*.spv
 var spirv embed.FS
