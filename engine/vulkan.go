@@ -83,6 +83,21 @@ func (v *Vulkan) Alloc(name string, dtype DType, shape ...int64) (*Buffer, error
 	}, name, dtype, shape...)
 }
 
+// vulkanNode is a graph node's operands and parameters as a lowering sees them.
+type vulkanNode struct {
+	IP      [8]int64
+	FP      [4]float32
+	Src     []vulkan.Tensor
+	SrcType []DType // Src's encodings (a quantised weight's Off counts 4-byte words)
+	Dst     vulkan.Tensor
+	DstType DType
+}
+
+// vulkanLowerings turn the nodes of an op into dispatches, for the ops whose shaders live in
+// their own files (each registers itself in an init); a lowering checks its operands'
+// encodings and parameters and names what it cannot run.
+var vulkanLowerings = map[cgo.Op]func(n vulkanNode) ([]vulkan.Dispatch, error){}
+
 type vulkanProgram struct {
 	prog    *vulkan.Program
 	arena   *vulkan.Buffer
@@ -228,7 +243,21 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 			}
 			d, err = vulkan.MatmulOp(operand(nd.src[0]), operand(nd.src[1]), bias, dst, nd.ip[0] == 1)
 		default:
-			err = fmt.Errorf("op %s has no Vulkan shader yet", opName(nd.op))
+			lower, ok := vulkanLowerings[nd.op]
+			if !ok {
+				err = fmt.Errorf("op %s has no Vulkan shader yet", opName(nd.op))
+				break
+			}
+			n := vulkanNode{IP: nd.ip, FP: nd.fp, Dst: dst, DstType: g.tensors[nd.dst].dtype}
+			for _, s := range nd.src {
+				n.Src = append(n.Src, operand(s))
+				n.SrcType = append(n.SrcType, g.tensors[s].dtype)
+			}
+			var more []vulkan.Dispatch
+			if more, err = lower(n); err == nil {
+				ds = append(ds, more...)
+				continue
+			}
 		}
 		if err == nil {
 			for _, s := range append([]int{nd.dst}, nd.src...) {
