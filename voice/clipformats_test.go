@@ -2,6 +2,7 @@ package voice
 
 import (
 	"errors"
+	"github.com/voxpipe/voxpipe/engine"
 	"os"
 	"path/filepath"
 	"testing"
@@ -49,7 +50,7 @@ func TestVoiceFilesOfOtherFormats(t *testing.T) {
 
 // --vc-ref may name a FLAC/Ogg/MP3 file: it is read as a file, not looked up in the library.
 func TestMeanVC2DefaultRefOfOtherFormats(t *testing.T) {
-	m, done, err := LoadMeanVC2(golden.Path(t, "meanvc2", "model.gguf"), 2, "")
+	m, done, err := LoadMeanVC2(golden.Path(t, "meanvc2", "model.gguf"), engine.Placement{Backend: "cpu", Threads: 2}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

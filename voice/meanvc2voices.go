@@ -13,32 +13,33 @@ import (
 	"github.com/voxpipe/voxpipe/voice/library"
 )
 
-// LoadMeanVC2 loads a MeanVC2 model on its own CPU engine, with a second one for the
-// speaker path (embedding a new voice does not stall live streams), caching embeddings in
-// cacheDir ("" for memory only). The returned function frees it all.
-func LoadMeanVC2(path string, threads int, cacheDir string) (*meanvc2.Model, func(), error) {
-	be, err := engine.NewCPU(threads)
+// LoadMeanVC2 loads a MeanVC2 model where pl places it (its vocoder where pl.Part says),
+// with a second backend of the model's kind for the speaker path (embedding a new voice does
+// not stall live streams), caching embeddings in cacheDir ("" for memory only). The
+// returned function frees it all.
+func LoadMeanVC2(path string, pl engine.Placement, cacheDir string) (*meanvc2.Model, func(), error) {
+	be, voc, closeBE, err := pl.Open()
 	if err != nil {
 		return nil, nil, err
 	}
-	spk, err := engine.NewCPU(threads)
+	spk, err := pl.OpenMain()
 	if err != nil {
-		be.Close()
+		closeBE()
 		return nil, nil, err
 	}
-	m, err := meanvc2.LoadWith(path, be, spk)
+	m, err := meanvc2.LoadOn(path, meanvc2.Backends{Main: be, Vocoder: voc, Speaker: spk})
 	if err != nil {
-		be.Close()
+		closeBE()
 		spk.Close()
 		return nil, nil, err
 	}
 	if m.Embeddings, err = embcache.New(cacheDir); err != nil {
 		m.Close()
-		be.Close()
+		closeBE()
 		spk.Close()
 		return nil, nil, err
 	}
-	return m, func() { m.Close(); be.Close(); spk.Close() }, nil
+	return m, func() { m.Close(); closeBE(); spk.Close() }, nil
 }
 
 // maxRefSeconds is how much of a reference clip is embedded: a few seconds of speech already

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"github.com/voxpipe/voxpipe/engine"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -31,7 +32,7 @@ func benchVoice(b *testing.B) (cfg worker.Config, metadata, label string) {
 	if path == "" {
 		return worker.Config{}, `{"voice":"dsp","params":{"pitch_semitones":4}}`, "dsp"
 	}
-	m, closeModel, err := voice.LoadMeanVC2(path, 2, b.TempDir())
+	m, closeModel, err := voice.LoadMeanVC2(path, engine.Placement{Backend: "cpu", Threads: 2}, b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,13 +21,16 @@ import (
 
 // meanvc2Bench is one run of `voxpipe bench meanvc2`.
 type meanvc2Bench struct {
-	Model      string  `json:"model"`
-	Variant    string  `json:"variant"` // 120ms or 40ms (the file's runtime.model)
-	FileMB     float64 `json:"file_mb"`
-	Threads    int     `json:"threads"`
-	Seconds    float64 `json:"seconds"`     // streamed audio
-	RefSeconds float64 `json:"ref_seconds"` // reference clip of the speaker figures
-	LoadMs     float64 `json:"load_ms"`
+	Model   string  `json:"model"`
+	Variant string  `json:"variant"` // 120ms or 40ms (the file's runtime.model)
+	FileMB  float64 `json:"file_mb"`
+	Threads int     `json:"threads"`
+	Backend string  `json:"backend"`
+	// VocoderBackend is where the vocoder ran (the model's backend unless --vocoder-backend).
+	VocoderBackend string  `json:"vocoder_backend"`
+	Seconds        float64 `json:"seconds"`     // streamed audio
+	RefSeconds     float64 `json:"ref_seconds"` // reference clip of the speaker figures
+	LoadMs         float64 `json:"load_ms"`
 	// LoadRSSMB is the resident set once the model is loaded (weights in engine buffers).
 	LoadRSSMB float64 `json:"load_rss_mb"`
 	// LoadPeakMB is the peak resident set up to the end of loading.
@@ -115,6 +118,8 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench meanvc2", "bench meanvc2 --model FILE.gguf [--threads 2] [--seconds 20] [--ref-seconds 10] [--sessions N] [--batch N] [--json]", stderr)
 	model := fs.String("model", "", "MeanVC2 model, either variant (single-file GGUF; voxpipe mkmodel --family meanvc2 [--variant 40ms] makes a random one at real size)")
 	threads := fs.Int("threads", 2, "engine threads")
+	backend := fs.String("backend", defaultBackend, "where the model runs: "+engine.BackendUsage)
+	vocoderBackend := fs.String("vocoder-backend", "", "where the vocoder runs (same values; empty: with the model)")
 	seconds := fs.Float64("seconds", 20, "seconds of synthetic speech streamed")
 	refSeconds := fs.Float64("ref-seconds", 10, "reference clip length for the speaker figures")
 	sessions := fs.String("sessions", "", "also run sessions concurrently at real-time pace: N runs 1…N and stops at the first level that is not real time; a comma-separated list (1,2,4,8,16) runs each level")
@@ -156,14 +161,15 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	var peak float64 // highest VmHWM seen (it is reset around the speaker figure)
 	notePeak := func() { peak = max(peak, procStatusMB("VmHWM")) }
 
-	be, err := engine.NewCPU(*threads)
+	be, voc, closeBE, err := placement(*backend, *vocoderBackend, *threads, stderr).Open()
 	if err != nil {
 		return err
 	}
-	defer be.Close()
-	logf("loading %s…\n", *model)
+	defer closeBE()
+	res.Backend, res.VocoderBackend = be.Name(), voc.Name()
+	logf("loading %s on %s…\n", *model, be.Name())
 	t0 := time.Now()
-	m, err := meanvc2.Load(*model, be)
+	m, err := meanvc2.LoadOn(*model, meanvc2.Backends{Main: be, Vocoder: voc})
 	if err != nil {
 		return err
 	}
@@ -209,7 +215,10 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	m.WavLM.Trim()
 
 	logf("streaming %.0f s…\n", *seconds)
-	prof := newProfiler(*profile, be, stderr)
+	prof, err := newProfiler(*profile, be, stderr)
+	if err != nil {
+		return err
+	}
 	prof.start()
 	st, err := meanvc2.BenchStream(m, *seconds, 1)
 	if err != nil {

@@ -23,6 +23,8 @@ import (
 // miottsBench are the figures of `voxpipe bench miotts`.
 type miottsBench struct {
 	Threads       int     `json:"threads"`
+	Backend       string  `json:"backend"`
+	CodecBackend  string  `json:"codec_backend"`
 	LoadMs        float64 `json:"load_ms"`
 	LoadRSSMB     float64 `json:"load_rss_mb"` // resident once both models are loaded
 	PrefillTokens int     `json:"prefill_tokens"`
@@ -89,6 +91,8 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	model := fs.String("model", "", "MioTTS language model (GGUF)")
 	codec := fs.String("codec", "", "MioCodec model (GGUF)")
 	threads := fs.Int("threads", 2, "engine threads")
+	backend := fs.String("backend", defaultBackend, "where the models run: "+engine.BackendUsage)
+	codecBackend := fs.String("codec-backend", "", "where the codec runs (same values; empty: with the language model)")
 	prefill := fs.Int("prefill-tokens", 58, "prompt length for the prefill figure")
 	steps := fs.Int("steps", 100, "decode steps timed (4 s of speech at 25 tokens/s)")
 	codecTokens := fs.Int("codec-tokens", 100, "tokens decoded offline for the codec figure")
@@ -112,15 +116,19 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--prefill-tokens and --steps must be ≥ 1")
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format, a...) }
-	be, err := engine.NewCPU(*threads)
+	be, codecBE, closeBE, err := placement(*backend, *codecBackend, *threads, stderr).Open()
 	if err != nil {
 		return err
 	}
-	defer be.Close()
-	res := miottsBench{Threads: *threads, PrefillTokens: *prefill, SpeakerSeconds: *refSeconds, CodecTokens: *codecTokens}
+	defer closeBE()
+	prof, err := newProfiler(*profile, be, stderr)
+	if err != nil {
+		return err
+	}
+	res := miottsBench{Backend: be.Name(), CodecBackend: codecBE.Name(), Threads: *threads, PrefillTokens: *prefill, SpeakerSeconds: *refSeconds, CodecTokens: *codecTokens}
 	t0 := time.Now()
 	logf("loading…\n")
-	tts, err := miotts.Load(*model, *codec, be, miotts.Options{})
+	tts, err := miotts.Load(*model, *codec, be, miotts.Options{CodecBackend: codecBE})
 	if err != nil {
 		return err
 	}
@@ -130,7 +138,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 
 	// Prefill and decode: the LM alone, on the restricted head, with random prompt ids.
 	logf("prefill and decode…\n")
-	lmr, err := benchLM(tts.LM, *prefill, *steps, newProfiler(*profile, be, stderr))
+	lmr, err := benchLM(tts.LM, *prefill, *steps, prof)
 	if err != nil {
 		return err
 	}

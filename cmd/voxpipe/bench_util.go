@@ -31,11 +31,15 @@ type profiler struct {
 	t0  time.Time
 }
 
-func newProfiler(on bool, be *engine.CPU, out io.Writer) *profiler {
+func newProfiler(on bool, be engine.Backend, out io.Writer) (*profiler, error) {
 	if !on {
-		return nil
+		return nil, nil
 	}
-	return &profiler{be: be, out: out}
+	cpu, ok := be.(*engine.CPU)
+	if !ok {
+		return nil, fmt.Errorf("--profile times the CPU backend's ops; %s has no per-node timing yet", be.Name())
+	}
+	return &profiler{be: cpu, out: out}, nil
 }
 
 func (p *profiler) start() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/dsp/wav"
+	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/stream"
 	"github.com/voxpipe/voxpipe/voice"
 )
@@ -72,14 +73,17 @@ func runConvert(args []string, stdout, stderr io.Writer) error {
 // vcOptions select the MeanVC2 voice of convert and bridge: a model file and a reference
 // clip of the target voice.
 type vcOptions struct {
-	model, ref string
-	threads    int
+	model, ref              string
+	threads                 int
+	backend, vocoderBackend string
 }
 
 func (o *vcOptions) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.model, "model", "", "MeanVC2 model (GGUF), either variant (120 ms or 40 ms, read from the file): convert into the voice of --ref")
 	fs.StringVar(&o.ref, "ref", "", "reference clip of the target voice ("+audiofile.Accepted+", 1–30 s of speech), with --model")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the model")
+	fs.StringVar(&o.backend, "backend", defaultBackend, "where the model runs: "+engine.BackendUsage)
+	fs.StringVar(&o.vocoderBackend, "vocoder-backend", "", "where the vocoder runs (same values; empty: with the model)")
 }
 
 // processor makes the processor for the voice name: MeanVC2 with --model (voice "dsp", the
@@ -112,7 +116,7 @@ func (o *vcOptions) processor(name string, live bool) (string, stream.Processor,
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("reference clip: %w", err)
 	}
-	m, closeModel, err := voice.LoadMeanVC2(o.model, o.threads, "")
+	m, closeModel, err := voice.LoadMeanVC2(o.model, placement(o.backend, o.vocoderBackend, o.threads, os.Stderr), "")
 	if err != nil {
 		return "", nil, nil, err
 	}

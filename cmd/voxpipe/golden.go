@@ -36,10 +36,11 @@ func goldenFamilyNames() string {
 }
 
 func runGolden(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("golden", "golden --family NAME [--dir GOLDEN_ROOT] [--model FILE.gguf [--min-tol REL]] [--threads N]", stderr)
+	fs := newFlags("golden", "golden --family NAME [--dir GOLDEN_ROOT] [--model FILE.gguf [--min-tol REL]] [--threads N] [--backend cpu|vulkan[:N]]", stderr)
 	family := fs.String("family", "", "model family: "+goldenFamilyNames())
 	dir := fs.String("dir", golden.Root(), "golden root holding FAMILY/model.gguf and FAMILY/cases.gguf")
 	threads := fs.Int("threads", min(runtime.NumCPU(), 4), "engine threads")
+	backend := fs.String("backend", "cpu", "where the model runs: "+engine.BackendUsage)
 	model := fs.String("model", "", "check this model file instead of FAMILY/model.gguf (an imported or re-encoded copy)")
 	minTol := fs.Float64("min-tol", 0, "raise every stage's relative tolerance to at least this (a quantised model's stated error, e.g. 0.05)")
 	if _, err := parseInterleaved(fs, args); err != nil {
@@ -59,11 +60,19 @@ func runGolden(args []string, stdout, stderr io.Writer) error {
 	}
 	defer r.Close()
 	r.Model, r.MinTol = *model, *minTol
-	be, err := engine.NewCPU(*threads)
+	spec, err := engine.ParseBackend(*backend)
+	if err != nil {
+		return err
+	}
+	be, note, err := engine.OpenBackend(spec, *threads)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
+	if note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+	fmt.Fprintf(stdout, "%s on %s\n", *family, be.Name())
 	start := time.Now()
 	err = check(r, be)
 	stages := r.Finish()

@@ -23,7 +23,6 @@ import (
 
 	"github.com/voxpipe/voxpipe/buffers"
 	"github.com/voxpipe/voxpipe/dsp/audiofile"
-	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/server"
@@ -50,6 +49,7 @@ type serveOptions struct {
 	vcModels                                         []string // MeanVC2 model files, one per variant
 	vcRef                                            string
 	tlsCert, tlsKey                                  string
+	backend, vocoderBackend, codecBackend            string // model placement (backend.go)
 	tlsSelfSigned                                    bool
 	iceURLs                                          []string // --ice-server
 	iceUsername, iceCredential                       string
@@ -97,6 +97,7 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.obsInput, "obs-input", "voxpipe", "the OBS input (source name) whose sync offset --obs sets")
 	fs.StringVar(&o.vcRef, "vc-ref", "", "default MeanVC2 target voice (every variant) when a session names none: a clip file (.wav, .flac, .ogg, .opus or .mp3), or a voice library id or name")
 	fs.IntVar(&o.threads, "threads", min(runtime.NumCPU(), 4), "engine threads for the models")
+	placementFlags(fs, &o)
 	apiKeys := fs.String("api-key", "", "comma-separated API keys clients must present (Authorization: Bearer KEY, or ?token=KEY); also $VOXPIPE_API_KEYS. Required when --listen is not a loopback address")
 	adminKeys := fs.String("admin-key", "", "comma-separated admin keys: like --api-key, but they see and may end every key's sessions and voices and have no session limit; also $VOXPIPE_ADMIN_KEYS")
 	twilioTokens := fs.String("twilio-auth-token", "", "the Twilio account's auth token (comma-separate two while rotating): a stream to /v1/telephony/twilio must then carry a valid X-Twilio-Signature, or is refused (403); better given as $VOXPIPE_TWILIO_AUTH_TOKEN, which a process list does not show")
@@ -342,7 +343,7 @@ func (a *app) loadMeanVC2(o serveOptions, lib *library.Library, voices *stream.R
 	var names []string // in the order given
 	for _, path := range o.vcModels {
 		fmt.Fprintf(stdout, "loading %s…\n", path)
-		m, closeModel, err := voice.LoadMeanVC2(path, o.threads, filepath.Join(o.voicesDir, "embeddings"))
+		m, closeModel, err := voice.LoadMeanVC2(path, placement(o.backend, o.vocoderBackend, o.threads, stdout), filepath.Join(o.voicesDir, "embeddings"))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -431,13 +432,13 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 	if o.ttsModel == "" || o.codec == "" {
 		return nil, errors.New("--tts-model and --codec go together")
 	}
-	be, err := engine.NewCPU(o.threads)
+	be, codecBE, closeBE, err := placement(o.backend, o.codecBackend, o.threads, stdout).Open()
 	if err != nil {
 		return nil, err
 	}
-	a.closers = append(a.closers, be.Close)
+	a.closers = append(a.closers, closeBE)
 	fmt.Fprintf(stdout, "loading %s and %s…\n", o.ttsModel, o.codec)
-	mt, err := miotts.Load(o.ttsModel, o.codec, be, miotts.Options{VoiceCacheDir: filepath.Join(o.voicesDir, "embeddings")})
+	mt, err := miotts.Load(o.ttsModel, o.codec, be, miotts.Options{VoiceCacheDir: filepath.Join(o.voicesDir, "embeddings"), CodecBackend: codecBE})
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,8 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "", "output WAV file, or - for raw 16-bit little-endian mono PCM on stdout at the codec's rate")
 	textFile := fs.String("text-file", "", "read the text from this file (- for stdin) instead of the argument")
 	threads := fs.Int("threads", min(runtime.NumCPU(), 4), "engine threads")
+	backend := fs.String("backend", defaultBackend, "where the models run: "+engine.BackendUsage)
+	codecBackend := fs.String("codec-backend", "", "where the codec runs (same values; empty: with the language model)")
 	seed := fs.Uint64("seed", 0, "sampling seed (0: the fixed default, so runs repeat)")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: the model's default)")
 	maxTokens := fs.Int("max-tokens", 0, "speech tokens per sentence group at most (0: the model's default, 700 = 28 s)")
@@ -80,11 +82,11 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, format, a...)
 		}
 	}
-	be, err := engine.NewCPU(*threads)
+	be, codecBE, closeBE, err := placement(*backend, *codecBackend, *threads, stderr).Open()
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	defer closeBE()
 	t0 := time.Now()
 	logf("loading %s and %s…\n", *model, *codec)
 	var rampCores []int
@@ -101,7 +103,7 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 			rampCores = append(rampCores, n)
 		}
 	}
-	tts, err := miotts.Load(*model, *codec, be, miotts.Options{VoiceCacheDir: *cacheDir, Ramp: rampCores})
+	tts, err := miotts.Load(*model, *codec, be, miotts.Options{VoiceCacheDir: *cacheDir, Ramp: rampCores, CodecBackend: codecBE})
 	if err != nil {
 		return err
 	}

@@ -68,12 +68,24 @@ func Load(path string, backend engine.Backend) (*Model, error) {
 // LoadWith is Load with the speaker path (WavLM-Large and ECAPA) on its own backend, so a
 // reference clip being embedded runs beside the live streams instead of holding them up.
 func LoadWith(path string, backend, speaker engine.Backend) (*Model, error) {
+	return LoadOn(path, Backends{Main: backend, Speaker: speaker})
+}
+
+// Backends places a model's parts: the streaming path (ASR and DiT), the vocoder and the
+// speaker path (WavLM-Large and ECAPA). A nil Vocoder or Speaker shares Main.
+type Backends struct {
+	Main, Vocoder, Speaker engine.Backend
+}
+
+// LoadOn is Load with each part on its own backend (for example the vocoder kept on the CPU
+// while the rest runs on a GPU, as the reference does).
+func LoadOn(path string, b Backends) (*Model, error) {
 	f, err := gguf.OpenModel(path)
 	if err != nil {
 		return nil, fmt.Errorf("meanvc2: load %s: %w", path, err)
 	}
 	defer f.Close()
-	m, err := loadFromModel(f, backend, speaker)
+	m, err := loadFromModel(f, b)
 	if err != nil {
 		return nil, fmt.Errorf("%w (file %s)", err, path)
 	}
@@ -82,12 +94,19 @@ func LoadWith(path string, backend, speaker engine.Backend) (*Model, error) {
 
 // LoadFromModel is Load on an open file (which may be closed afterwards).
 func LoadFromModel(f *gguf.Model, backend engine.Backend) (*Model, error) {
-	return loadFromModel(f, backend, backend)
+	return loadFromModel(f, Backends{Main: backend})
 }
 
-func loadFromModel(f *gguf.Model, backend, speaker engine.Backend) (*Model, error) {
-	if backend == nil || speaker == nil {
+func loadFromModel(f *gguf.Model, b Backends) (*Model, error) {
+	backend, speaker, vocoder := b.Main, b.Speaker, b.Vocoder
+	if backend == nil {
 		return nil, errors.New("meanvc2: load: no backend")
+	}
+	if speaker == nil {
+		speaker = backend
+	}
+	if vocoder == nil {
+		vocoder = backend
 	}
 	cfg, err := ConfigFromModel(f)
 	if err != nil {
@@ -127,7 +146,7 @@ func loadFromModel(f *gguf.Model, backend, speaker engine.Backend) (*Model, erro
 			return fail("speaker_ecapa/", err)
 		}
 	}
-	if m.Vocoder, err = vocos.LoadConfig(f.Sub("vocos"), vcfg, backend); err != nil {
+	if m.Vocoder, err = vocos.LoadConfig(f.Sub("vocos"), vcfg, vocoder); err != nil {
 		return fail("vocos/", err)
 	}
 	if m.WavLM, err = wavlm.Load(f.Sub("speaker_wavlm"), speaker, wavlm.Options{}); err != nil {

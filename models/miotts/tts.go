@@ -55,6 +55,9 @@ type Options struct {
 	VoiceCacheDir string // "" keeps speaker embeddings in memory only
 	Stream        miocodec.StreamOptions
 	Ramp          []int // see TTS.Ramp; nil: DefaultRamp
+	// CodecBackend runs MioCodec (decoder and speaker encoder) apart from the language
+	// model, e.g. on the CPU beside an LM on a GPU; nil shares the LM's backend.
+	CodecBackend engine.Backend
 }
 
 // Load opens the MioTTS LM and the MioCodec file.
@@ -79,10 +82,14 @@ func Load(lmPath, codecPath string, backend engine.Backend, opt Options) (*TTS, 
 	if fam, err := cf.File.KV.String("audiocpp.model_spec.family"); err == nil && fam != "miocodec" {
 		return fail(fmt.Errorf("miotts: codec %s is a %q model, not MioCodec", codecPath, fam))
 	}
-	if t.Codec, err = miocodec.LoadDecoder(cf, backend); err != nil {
+	codecBE := backend
+	if opt.CodecBackend != nil {
+		codecBE = opt.CodecBackend
+	}
+	if t.Codec, err = miocodec.LoadDecoder(cf, codecBE); err != nil {
 		return fail(err)
 	}
-	if t.Speaker, err = miocodec.NewSpeakerEncoder(cf, t.Codec.Config.GlobalSSLLayers, backend); err != nil {
+	if t.Speaker, err = miocodec.NewSpeakerEncoder(cf, t.Codec.Config.GlobalSSLLayers, codecBE); err != nil {
 		return fail(err)
 	}
 	if t.Embeddings, err = embcache.New(opt.VoiceCacheDir); err != nil {

@@ -359,11 +359,13 @@ func (m *Model) biasFor(t int) (*engine.Buffer, error) {
 		old.buf.Free()
 	}
 	c := m.Config
-	b, err := m.backend.Alloc(fmt.Sprintf("wavlm.rel_bias[T=%d]", t), engine.F32, int64(c.Heads), int64(t), int64(t))
+	// Filled on the host and uploaded: the buffer may live in a GPU's memory.
+	bias := make([]float32, c.Heads*t*t)
+	m.fillBias(bias, t)
+	b, err := engine.Upload(m.backend, fmt.Sprintf("wavlm.rel_bias[T=%d]", t), bias, int64(c.Heads), int64(t), int64(t))
 	if err != nil {
 		return nil, fmt.Errorf("wavlm: relative bias for %d frames: %w", t, err)
 	}
-	m.fillBias(b.Float32s(), t)
 	m.biases = append(m.biases, &biasEntry{t: t, buf: b})
 	return b, nil
 }
