@@ -112,6 +112,13 @@ func pickDevice(devs []vulkan.DeviceInfo, discreteOnly bool) int {
 	return -1
 }
 
+// MemoryReporter is a backend with memory of its own (a GPU's), reported apart from the
+// process's.
+type MemoryReporter interface {
+	MemoryInUse() (device, host int64)
+	MemoryPeak() int64
+}
+
 // Placement says where a model runs: Backend for the model, Part for the one part a command
 // lets users place apart (MeanVC2's vocoder, MioTTS's codec; "" keeps it with the model),
 // Threads for a CPU backend. Log, when set, gets auto's one line saying why it chose the CPU.
@@ -119,6 +126,8 @@ type Placement struct {
 	Backend, Part string
 	Threads       int
 	Log           func(format string, args ...any)
+	// Opened, when set, hears of every backend opened: role "model", "part" or "speaker".
+	Opened func(role string, be Backend)
 }
 
 // Open opens the model's backend and the part's (the same backend when Part is empty or
@@ -128,7 +137,7 @@ func (p Placement) Open() (main, part Backend, close func(), err error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if main, err = p.open(ms); err != nil {
+	if main, err = p.open(ms, "model"); err != nil {
 		return nil, nil, nil, err
 	}
 	if strings.TrimSpace(p.Part) == "" {
@@ -142,28 +151,37 @@ func (p Placement) Open() (main, part Backend, close func(), err error) {
 	if ps == ms {
 		return main, main, main.Close, nil
 	}
-	if part, err = p.open(ps); err != nil {
+	if part, err = p.open(ps, "part"); err != nil {
 		main.Close()
 		return nil, nil, nil, err
 	}
 	return main, part, func() { part.Close(); main.Close() }, nil
 }
 
-// OpenMain opens one more backend where the model runs (MeanVC2's speaker path has its
+// OpenSpeaker opens one more backend where the model runs (MeanVC2's speaker path has its
 // own); Open has logged auto's choice already.
-func (p Placement) OpenMain() (Backend, error) {
+func (p Placement) OpenSpeaker() (Backend, error) {
 	ms, err := ParseBackend(p.Backend)
 	if err != nil {
 		return nil, err
 	}
 	be, _, err := OpenBackend(ms, p.Threads)
+	if err == nil && p.Opened != nil {
+		p.Opened("speaker", be)
+	}
 	return be, err
 }
 
-func (p Placement) open(s BackendSpec) (Backend, error) {
+func (p Placement) open(s BackendSpec, role string) (Backend, error) {
 	be, note, err := OpenBackend(s, p.Threads)
-	if err == nil && note != "" && p.Log != nil {
+	if err != nil {
+		return nil, err
+	}
+	if note != "" && p.Log != nil {
 		p.Log("%s\n", note)
 	}
-	return be, err
+	if p.Opened != nil {
+		p.Opened(role, be)
+	}
+	return be, nil
 }

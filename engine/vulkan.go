@@ -35,6 +35,14 @@ func (v *Vulkan) Name() string { return "vulkan:" + v.dev.Info.Name }
 // Device describes the device.
 func (v *Vulkan) Device() vulkan.DeviceInfo { return v.dev.Info }
 
+// MemoryInUse implements MemoryReporter: the device memory this backend's buffers and
+// programs hold (weights, arenas, caches) and the host-visible memory of their inputs,
+// outputs and staging.
+func (v *Vulkan) MemoryInUse() (device, host int64) { return v.dev.MemoryInUse() }
+
+// MemoryPeak implements MemoryReporter.
+func (v *Vulkan) MemoryPeak() int64 { return v.dev.MemoryPeak() }
+
 // Close implements Backend; every buffer and program must be freed before.
 func (v *Vulkan) Close() { v.dev.Close() }
 

@@ -22,7 +22,7 @@ func LoadMeanVC2(path string, pl engine.Placement, cacheDir string) (*meanvc2.Mo
 	if err != nil {
 		return nil, nil, err
 	}
-	spk, err := pl.OpenMain()
+	spk, err := pl.OpenSpeaker()
 	if err != nil {
 		closeBE()
 		return nil, nil, err

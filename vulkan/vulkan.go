@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -114,6 +115,33 @@ type Device struct {
 
 	mu    sync.Mutex
 	pipes map[string]*pipeline
+
+	deviceBytes, hostBytes atomic.Int64 // live allocations (MemoryInUse)
+	peakBytes              atomic.Int64 // most of both at once
+}
+
+// MemoryInUse is the memory of the device's live buffers: device-local and host-visible.
+func (d *Device) MemoryInUse() (device, host int64) {
+	return d.deviceBytes.Load(), d.hostBytes.Load()
+}
+
+// MemoryPeak is the most memory (device-local and host-visible together) the device's
+// buffers have held at once.
+func (d *Device) MemoryPeak() int64 { return d.peakBytes.Load() }
+
+func (d *Device) count(bytes int64, host bool) {
+	if host {
+		d.hostBytes.Add(bytes)
+	} else {
+		d.deviceBytes.Add(bytes)
+	}
+	now := d.deviceBytes.Load() + d.hostBytes.Load()
+	for {
+		p := d.peakBytes.Load()
+		if now <= p || d.peakBytes.CompareAndSwap(p, now) {
+			return
+		}
+	}
 }
 
 // Open opens device index (see Devices).
@@ -155,8 +183,9 @@ func (d *Device) errorf(what string, e *C.char) error {
 // Buffer is device memory: host-visible ones are mapped (Float32s), device-local ones are
 // reached by copies (Upload, Download).
 type Buffer struct {
-	dev *Device
-	b   *C.vxk_buf
+	dev  *Device
+	b    *C.vxk_buf
+	host bool
 }
 
 // Alloc makes a buffer of n float32 values: host-visible (inputs, outputs, staging) or
@@ -176,7 +205,8 @@ func (d *Device) Alloc(n int, host bool) (*Buffer, error) {
 		C.free(unsafe.Pointer(b))
 		return nil, d.errorf(fmt.Sprintf("alloc of %d bytes", 4*n), e)
 	}
-	return &Buffer{dev: d, b: b}, nil
+	d.count(int64(b.size), host)
+	return &Buffer{dev: d, b: b, host: host}, nil
 }
 
 // Len is the buffer's length in float32 values.
@@ -209,6 +239,7 @@ func (b *Buffer) CopyRange(from int, dst *Buffer, to, n int) error {
 // Free releases the buffer.
 func (b *Buffer) Free() {
 	if b.b != nil {
+		b.dev.count(-int64(b.b.size), b.host)
 		C.vxk_free(b.dev.d, b.b)
 		C.free(unsafe.Pointer(b.b))
 		b.b = nil

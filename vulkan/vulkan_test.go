@@ -412,3 +412,43 @@ func TestSPIRVCurrent(t *testing.T) {
 		}
 	}
 }
+
+// Live buffers are counted by kind, and an allocation beyond the device's memory is an error
+// naming its size, not a crash; the device works on afterwards.
+func TestMemoryInUseAndOutOfMemory(t *testing.T) {
+	d := device(t)
+	dev0, host0 := d.MemoryInUse()
+	a, err := d.Alloc(1000, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := d.Alloc(500, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev1, host1 := d.MemoryInUse()
+	if dev1-dev0 < 4000 || host1-host0 < 2000 {
+		t.Errorf("after 4000 device + 2000 host bytes: in use grew by %d, %d", dev1-dev0, host1-host0)
+	}
+	if p := d.MemoryPeak(); p < dev1+host1 {
+		t.Errorf("peak %d below the %d in use", p, dev1+host1)
+	}
+	a.Free()
+	h.Free()
+	if dev2, host2 := d.MemoryInUse(); dev2 != dev0 || host2 != host0 {
+		t.Errorf("after freeing: %d, %d in use; before: %d, %d", dev2, host2, dev0, host0)
+	}
+	huge := int(min(d.Info.DeviceLocalBytes*4, 1<<46) / 4)
+	if b, err := d.Alloc(huge, false); err == nil {
+		b.Free()
+		t.Errorf("alloc of %d bytes on a device of %d: no error", 4*huge, d.Info.DeviceLocalBytes)
+	} else {
+		t.Logf("alloc beyond memory: %v", err)
+	}
+	v := []float32{1, 2, 3}
+	src := upload(t, d, v)
+	dst := upload(t, d, make([]float32, 3))
+	if err := src.CopyTo(dst, 3); err != nil || dst.Float32s()[2] != 3 {
+		t.Errorf("copy after a failed alloc: %v, %v", err, dst.Float32s())
+	}
+}

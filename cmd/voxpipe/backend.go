@@ -34,3 +34,31 @@ func placementFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.vocoderBackend, "vocoder-backend", "", "where MeanVC2's vocoder runs (same values; empty: with the model)")
 	fs.StringVar(&o.codecBackend, "codec-backend", "", "where MioTTS's codec (MioCodec) runs (same values; empty: with the language model)")
 }
+
+// gpuPart is a model part on a backend with memory of its own.
+type gpuPart struct {
+	model, part string
+	be          engine.Backend
+	mem         engine.MemoryReporter
+}
+
+// placement is the package's placement that also notes the GPU backends it opens, for
+// nameGPUParts to name once the model is loaded.
+func (a *app) placement(backend, part string, threads int, w io.Writer) engine.Placement {
+	pl := placement(backend, part, threads, w)
+	pl.Opened = func(role string, be engine.Backend) {
+		if m, ok := be.(engine.MemoryReporter); ok {
+			a.gpus = append(a.gpus, gpuPart{part: role, be: be, mem: m})
+		}
+	}
+	return pl
+}
+
+// nameGPUParts names the GPU parts opened since the last call after the model they hold.
+func (a *app) nameGPUParts(model string) {
+	for i := range a.gpus {
+		if a.gpus[i].model == "" {
+			a.gpus[i].model = model
+		}
+	}
+}

@@ -33,6 +33,10 @@ type meanvc2Bench struct {
 	LoadMs         float64 `json:"load_ms"`
 	// LoadRSSMB is the resident set once the model is loaded (weights in engine buffers).
 	LoadRSSMB float64 `json:"load_rss_mb"`
+	// DeviceMB is the GPU memory (device-local and host-visible) the loaded model holds on
+	// Vulkan, DevicePeakMB the most it held during the bench (sessions included); 0 on the CPU.
+	DeviceMB     float64 `json:"device_mb"`
+	DevicePeakMB float64 `json:"device_peak_mb"`
 	// LoadPeakMB is the peak resident set up to the end of loading.
 	LoadPeakMB float64 `json:"load_peak_rss_mb"`
 
@@ -176,6 +180,7 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	defer m.Close()
 	m.SetBatchLimit(*batch)
 	res.LoadMs = ms(time.Since(t0))
+	res.DeviceMB, _ = deviceMB(be, voc)
 	notePeak()
 	res.LoadPeakMB = peak
 	settleHeap()
@@ -265,6 +270,7 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	res.PeakRSSMB = peak
+	_, res.DevicePeakMB = deviceMB(be, voc)
 
 	if *asJSON {
 		if math.IsNaN(res.SpeakerPeakMB) {
@@ -293,6 +299,9 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  max_realtime_sessions %d\n", *res.MaxRealtimeSessions)
 	}
 	fmt.Fprintf(stdout, "  peak_rss_mb %.0f\n", res.PeakRSSMB)
+	if res.DevicePeakMB > 0 {
+		fmt.Fprintf(stdout, "  device_mb %.1f after load, device_peak_mb %.1f (GPU memory, %s)\n", res.DeviceMB, res.DevicePeakMB, res.Backend)
+	}
 	return nil
 }
 

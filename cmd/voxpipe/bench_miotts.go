@@ -53,6 +53,9 @@ type miottsBench struct {
 	TTSTokens           int          `json:"tts_tokens"`
 	TotalRTF            float64      `json:"total_rtf"`
 	PeakRSSMB           float64      `json:"peak_rss_mb"`
+	// DeviceMB / DevicePeakMB: GPU memory after load and at most (0 on the CPU).
+	DeviceMB     float64 `json:"device_mb"`
+	DevicePeakMB float64 `json:"device_peak_mb"`
 	// Concurrent streams (--streams): the whole path of N simultaneous syntheses, their
 	// decode steps batched.
 	Streams []streamsBench `json:"streams,omitempty"`
@@ -134,6 +137,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	}
 	defer tts.Close()
 	res.LoadMs = ms(time.Since(t0))
+	res.DeviceMB, _ = deviceMB(be, codecBE)
 	res.LoadRSSMB = procStatusMB("VmRSS")
 
 	// Prefill and decode: the LM alone, on the restricted head, with random prompt ids.
@@ -219,10 +223,11 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 		res.Streams = append(res.Streams, r)
 	}
 	res.PeakRSSMB = peakRSSMB()
+	_, res.DevicePeakMB = deviceMB(be, codecBE)
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Fprintf(stdout, "MioTTS on %d threads (load %.0f ms, %.0f MB resident):\n", res.Threads, res.LoadMs, res.LoadRSSMB)
+	fmt.Fprintf(stdout, "MioTTS on %s, %d threads (load %.0f ms, %.0f MB resident):\n", res.Backend, res.Threads, res.LoadMs, res.LoadRSSMB)
 	fmt.Fprintf(stdout, "  prefill %d tokens      %8.1f ms\n", res.PrefillTokens, res.PrefillMs)
 	fmt.Fprintf(stdout, "  decode                 %8.1f tokens/s mean over all %d steps, sampling included (Σ %.0f ms); p50 step %.1f ms = %.1f tokens/s, p95 %.1f ms, max %.1f ms; sampling %.2f ms a step; 25 tokens/s is real time\n",
 		res.DecodeTokensPerS, res.DecodeSteps, res.DecodeMs, res.DecodeStepMsP50, res.DecodeTokensPerSP50, res.DecodeStepMsP95, res.DecodeStepMsMax, res.SampleMsMean)
@@ -237,6 +242,9 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 			r.Streams, r.TokensPerS, r.StreamTokensPerS, r.RTFMax, r.TTFAMsP50, r.TTFAMsP95, r.LateChunks, r.Chunks, r.MeanBatch)
 	}
 	fmt.Fprintf(stdout, "  peak RSS               %8.0f MB\n", res.PeakRSSMB)
+	if res.DevicePeakMB > 0 {
+		fmt.Fprintf(stdout, "  GPU memory             %8.1f MB after load, %.1f MB at most (%s)\n", res.DeviceMB, res.DevicePeakMB, res.Backend)
+	}
 	return nil
 }
 

@@ -77,3 +77,20 @@ func (p *profiler) stop(what string) {
 
 // profileTopShapes is how many op-and-shape rows --profile prints.
 const profileTopShapes = 20
+
+// deviceMB sums the GPU memory the distinct backends among bes hold now and at their peak
+// (0 for CPU backends, whose memory is the process's).
+func deviceMB(bes ...engine.Backend) (inUse, peak float64) {
+	seen := map[engine.Backend]bool{}
+	for _, be := range bes {
+		m, ok := be.(engine.MemoryReporter)
+		if !ok || seen[be] {
+			continue
+		}
+		seen[be] = true
+		d, h := m.MemoryInUse()
+		inUse += float64(d+h) / (1 << 20)
+		peak += float64(m.MemoryPeak()) / (1 << 20)
+	}
+	return inUse, peak
+}

@@ -208,6 +208,21 @@ type app struct {
 	ttsBatches func() metrics.DecodeStats
 	// vcBatches reports each loaded MeanVC2 model's batched steps, by voice name.
 	vcBatches map[string]func() metrics.VCBatchStats
+	// gpus are the model parts on backends with memory of their own (/metrics reports it).
+	gpus []gpuPart
+}
+
+// modelMetrics exports the loaded models' batching and GPU memory.
+func (a *app) modelMetrics(met *metrics.Metrics) {
+	if a.ttsBatches != nil {
+		met.DecodeBatches("miotts", a.ttsBatches)
+	}
+	for name, stats := range a.vcBatches {
+		met.VCBatches(name, stats)
+	}
+	for _, g := range a.gpus {
+		met.DeviceMemory(g.model, g.part, g.be.Name(), g.mem.MemoryInUse)
+	}
 }
 
 func (a *app) close() {
@@ -266,12 +281,7 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	for _, name := range synths.Names() {
 		met.Admission(name, ttsSrv.Admission(name))
 	}
-	if a.ttsBatches != nil {
-		met.DecodeBatches("miotts", a.ttsBatches)
-	}
-	for name, stats := range a.vcBatches {
-		met.VCBatches(name, stats)
-	}
+	a.modelMetrics(met)
 	var ips []string
 	if o.publicIP != "" {
 		ips = strings.Split(o.publicIP, ",")
@@ -343,13 +353,14 @@ func (a *app) loadMeanVC2(o serveOptions, lib *library.Library, voices *stream.R
 	var names []string // in the order given
 	for _, path := range o.vcModels {
 		fmt.Fprintf(stdout, "loading %s…\n", path)
-		m, closeModel, err := voice.LoadMeanVC2(path, placement(o.backend, o.vocoderBackend, o.threads, stdout), filepath.Join(o.voicesDir, "embeddings"))
+		m, closeModel, err := voice.LoadMeanVC2(path, a.placement(o.backend, o.vocoderBackend, o.threads, stdout), filepath.Join(o.voicesDir, "embeddings"))
 		if err != nil {
 			return nil, nil, err
 		}
 		a.closers = append(a.closers, closeModel)
 		variant := m.Config.Runtime.Model
 		name := "meanvc2-" + variant
+		a.nameGPUParts(name)
 		if prev, ok := files[name]; ok {
 			return nil, nil, fmt.Errorf("--vc-model: %s and %s are both the %s MeanVC2 model; give one file per variant (120ms, 40ms)", prev, path, variant)
 		}
@@ -432,7 +443,7 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 	if o.ttsModel == "" || o.codec == "" {
 		return nil, errors.New("--tts-model and --codec go together")
 	}
-	be, codecBE, closeBE, err := placement(o.backend, o.codecBackend, o.threads, stdout).Open()
+	be, codecBE, closeBE, err := a.placement(o.backend, o.codecBackend, o.threads, stdout).Open()
 	if err != nil {
 		return nil, err
 	}
@@ -443,6 +454,7 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 		return nil, err
 	}
 	a.closers = append(a.closers, mt.Close)
+	a.nameGPUParts("miotts")
 	a.ttsBatches = func() metrics.DecodeStats {
 		st := mt.LM.BatchStats()
 		return metrics.DecodeStats{Rounds: st.Rounds, Steps: st.Rows, Capacity: st.Capacity}

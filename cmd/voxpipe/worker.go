@@ -120,9 +120,7 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	a.closers = append(a.closers, sched.Close)
 	met := metrics.New()
 	met.Scheduler(sched)
-	for name, stats := range a.vcBatches {
-		met.VCBatches(name, stats)
-	}
+	a.modelMetrics(met)
 	var admMu sync.Mutex
 	adm := map[string]*stream.Admission{}
 	w, err := worker.New(worker.Config{URL: lkURL, APIKey: lkKey, APISecret: lkSecret, AgentName: agentName, Version: buildVersion,

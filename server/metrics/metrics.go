@@ -179,6 +179,24 @@ func (m *Metrics) DecodeBatches(model string, stats func() DecodeStats) {
 	)
 }
 
+// DeviceMemory exports the memory a model part holds on a device with memory of its own (a
+// GPU through Vulkan), read at scrape time: device-local (weights, arenas, caches) and
+// host-visible (inputs, outputs, staging).
+func (m *Metrics) DeviceMemory(model, part, backend string, inUse func() (device, host int64)) {
+	for _, k := range []struct {
+		kind string
+		f    func() float64
+	}{
+		{"device", func() float64 { d, _ := inUse(); return float64(d) }},
+		{"host", func() float64 { _, h := inUse(); return float64(h) }},
+	} {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_device_memory_bytes",
+			ConstLabels: prometheus.Labels{"model": model, "part": part, "backend": backend, "kind": k.kind},
+			Help:        "Memory a model part holds on its device (GPU): kind device is device-local (weights, arenas, caches), host is host-visible (inputs, outputs, staging)."},
+			k.f))
+	}
+}
+
 // VCBatchStats describe a voice-conversion model's batched steps (see VCBatches).
 type VCBatchStats struct {
 	ASRBatches, ASRWindows int64         // content-encoder batches run, and the stream windows they held
