@@ -43,6 +43,9 @@ type PlanStats struct {
 	// caches, constants), counted once each.
 	PersistentBytes int64 `json:"persistent_bytes"`
 	IOBytes         int64 `json:"io_bytes"`
+	// Barriers (Vulkan) is how many of the nodes wait for earlier ones; the rest may overlap
+	// the node before them on a GPU.
+	Barriers int `json:"barriers,omitempty"`
 }
 
 // CPU runs programs on this machine's cores with the C kernels.

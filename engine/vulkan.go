@@ -192,7 +192,7 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 					err = cerr
 					break
 				}
-				ds = append(ds, c)
+				ds = append(ds, c.WithAccess([]vulkan.Tensor{sv}, []vulkan.Tensor{view}))
 			}
 		case cgo.OpLayerNorm, cgo.OpRMSNorm:
 			var w, b *vulkan.Tensor
@@ -263,6 +263,9 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 			}
 			var more []vulkan.Dispatch
 			if more, err = lower(n); err == nil {
+				if len(more) == 1 && plainNode(g, nd) {
+					more[0] = more[0].WithAccess(n.Src, []vulkan.Tensor{dst})
+				}
 				ds = append(ds, more...)
 				continue
 			}
@@ -281,14 +284,36 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 		if err != nil {
 			return fail(fmt.Errorf("node %d (%s): %w", i, nd.label, err))
 		}
-		ds = append(ds, d)
+		srcs := make([]vulkan.Tensor, len(nd.src))
+		for j, s := range nd.src {
+			srcs[j] = operand(s)
+		}
+		if nd.op == cgo.OpConcat {
+			srcs = srcs[len(srcs)-1:] // the last source's copy; the others declared theirs
+			view := dst
+			view.Shape = srcs[0].Shape
+			view.Off += int((dst.Shape[nd.ip[0]] - srcs[0].Shape[nd.ip[0]]) * dst.Stride[nd.ip[0]])
+			dst = view
+		}
+		ds = append(ds, d.WithAccess(srcs, []vulkan.Tensor{dst}))
 	}
 	if prog.prog, err = v.dev.NewProgram(ds); err != nil {
 		return fail(err)
 	}
-	prog.stats.Nodes = len(ds)
+	prog.stats.Nodes, prog.stats.Barriers = len(ds), prog.prog.Barriers
 	prog.stats.ArenaBytes, prog.stats.NaiveBytes, prog.stats.PersistentBytes = p.arenaBytes, p.naiveBytes, p.persistentBytes
 	return prog, nil
+}
+
+// plainNode reports whether every operand of nd is F32 or I32, whose views give the values
+// a dispatch touches (a quantised weight's do not).
+func plainNode(g *Graph, nd node) bool {
+	for _, s := range append([]int{nd.dst}, nd.src...) {
+		if dt := g.tensors[s].dtype; dt != F32 && dt != I32 {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *vulkanProgram) Run() error {

@@ -95,6 +95,61 @@ type Dispatch struct {
 	bufs   []*Buffer
 	push   []uint32
 	groups [3]uint32
+
+	declared      bool // reads and writes are known (WithAccess)
+	reads, writes []span
+}
+
+// span is the values [lo, hi) of a buffer an operand may touch.
+type span struct {
+	buf    *Buffer
+	lo, hi int64
+}
+
+func (a span) overlaps(b span) bool { return a.buf == b.buf && a.lo < b.hi && b.lo < a.hi }
+
+// WithAccess declares what the dispatch reads and writes, so that a Program puts a barrier
+// before it only when it reads or writes what an earlier dispatch since the last barrier
+// wrote, or writes what one read; on a GPU independent dispatches then overlap. A dispatch
+// without declared access is fenced on both sides.
+func (d Dispatch) WithAccess(reads, writes []Tensor) Dispatch {
+	d.declared = true
+	d.reads, d.writes = nil, nil
+	for _, t := range reads {
+		d.reads = append(d.reads, span{t.Buf, int64(t.Off), t.span()})
+	}
+	for _, t := range writes {
+		d.writes = append(d.writes, span{t.Buf, int64(t.Off), t.span()})
+	}
+	return d
+}
+
+// hazards tracks what the dispatches since the last barrier read and wrote.
+type hazards struct {
+	fenced        bool // the last dispatch declared nothing: the next needs a barrier
+	reads, writes []span
+}
+
+// needs reports whether d must wait for the dispatches before it, and notes d's access.
+func (h *hazards) needs(d Dispatch) bool {
+	conflict := func(a, b []span) bool {
+		for _, x := range a {
+			for _, y := range b {
+				if x.overlaps(y) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	barrier := h.fenced || !d.declared || conflict(d.reads, h.writes) || conflict(d.writes, h.writes) || conflict(d.writes, h.reads)
+	if barrier {
+		h.reads, h.writes = nil, nil
+	}
+	h.fenced = !d.declared
+	h.reads = append(h.reads, d.reads...)
+	h.writes = append(h.writes, d.writes...)
+	return barrier
 }
 
 // elementGroups is the dispatch size for n elements in workgroups of 256 (the y axis takes
@@ -235,11 +290,13 @@ func (d *Device) Run(ds Dispatch) error {
 	return p.Run()
 }
 
-// Program is dispatches recorded once into one command buffer, with a barrier between
-// consecutive ones, and replayed by Run in one submission.
+// Program is dispatches recorded once into one command buffer, with barriers where one
+// depends on another (see Dispatch.WithAccess), and replayed by Run in one submission.
 type Program struct {
 	dev *Device
 	p   *C.vxk_prog
+	// Barriers is how many barriers the dispatches needed (the first dispatch has none).
+	Barriers int
 }
 
 // NewProgram records the dispatches in order.
@@ -255,6 +312,7 @@ func (d *Device) NewProgram(ds []Dispatch) (*Program, error) {
 	defer C.free(unsafe.Pointer(table))
 	push := (*[32]uint32)(C.calloc(32, 4))
 	defer C.free(unsafe.Pointer(push))
+	var hz hazards
 	for i, dp := range ds {
 		pl, err := d.shader(dp.shader, dp.nbuf, 4*len(dp.push))
 		if err != nil {
@@ -269,7 +327,12 @@ func (d *Device) NewProgram(ds []Dispatch) (*Program, error) {
 			table[j] = b.b
 		}
 		copy(push[:], dp.push)
-		if C.vxk_prog_add(p, pl.p, &table[0], C.int(len(dp.bufs)), unsafe.Pointer(&push[0]), C.int(4*len(dp.push)),
+		barrier := C.int(0)
+		if hz.needs(dp) && i > 0 {
+			barrier = 1
+			prog.Barriers++
+		}
+		if C.vxk_prog_add(p, pl.p, barrier, &table[0], C.int(len(dp.bufs)), unsafe.Pointer(&push[0]), C.int(4*len(dp.push)),
 			C.uint32_t(dp.groups[0]), C.uint32_t(dp.groups[1]), C.uint32_t(dp.groups[2]), e) != 0 {
 			prog.Close()
 			return nil, d.errorf(fmt.Sprintf("dispatch %d (%s)", i, dp.op), e)

@@ -548,8 +548,8 @@ static void barrier(vxk_prog *pr, VkPipelineStageFlags dst_stage, VkAccessFlags 
 	pr->d->f.vkCmdPipelineBarrier(pr->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
-int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes, uint32_t gx,
-                 uint32_t gy, uint32_t gz, char *err) {
+int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, int barrier_before, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes,
+                 uint32_t gx, uint32_t gy, uint32_t gz, char *err) {
 	vxk_dev *d = pr->d;
 	if (pr->ended || pr->n >= pr->max || nbuf != p->nbuf || push_bytes != p->push) {
 		fail(err, "dispatch %d of at most %d with %d buffers and %d push bytes (the pipeline takes %d and %d)", pr->n, pr->max,
@@ -578,7 +578,7 @@ int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, cons
 		                              .pBufferInfo = &bi[i]};
 	}
 	d->f.vkUpdateDescriptorSets(d->dev, (uint32_t)nbuf, w, 0, NULL);
-	if (pr->n > 0)
+	if (pr->n > 0 && barrier_before)
 		barrier(pr, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
 	d->f.vkCmdBindPipeline(pr->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
 	d->f.vkCmdBindDescriptorSets(pr->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);

@@ -47,12 +47,12 @@ typedef struct vxk_pipe vxk_pipe;
 vxk_pipe *vxk_pipeline(vxk_dev *d, const uint32_t *spirv, size_t bytes, int nbuf, int push_bytes, char *err);
 void vxk_pipeline_free(vxk_dev *d, vxk_pipe *p);
 /* A program: dispatches recorded once into one command buffer (each with its own descriptor
- * set, a barrier between consecutive dispatches) and replayed by vxk_prog_run, one
- * submission per run. */
+ * set, a barrier before those that depend on earlier ones: barrier_before) and replayed by
+ * vxk_prog_run, one submission per run. */
 typedef struct vxk_prog vxk_prog;
 vxk_prog *vxk_prog_new(vxk_dev *d, int max_dispatches, char *err);
-int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes, uint32_t gx,
-                 uint32_t gy, uint32_t gz, char *err);
+int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, int barrier_before, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes,
+                 uint32_t gx, uint32_t gy, uint32_t gz, char *err);
 int vxk_prog_end(vxk_prog *pr, char *err);
 int vxk_prog_run(vxk_prog *pr, char *err);
 void vxk_prog_free(vxk_prog *pr);

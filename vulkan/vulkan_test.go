@@ -452,3 +452,61 @@ func TestMemoryInUseAndOutOfMemory(t *testing.T) {
 		t.Errorf("copy after a failed alloc: %v, %v", err, dst.Float32s())
 	}
 }
+
+// A program puts barriers only where a dispatch reads what an earlier one since the last
+// barrier wrote, writes what one wrote, or writes what one read; undeclared dispatches are
+// fenced. Its results are those of running the dispatches in order.
+func TestProgramBarriers(t *testing.T) {
+	d := device(t)
+	const n = 1000
+	rng := rand.New(rand.NewPCG(3, 4))
+	xv := randoms(rng, n, 1)
+	x := upload(t, d, xv)
+	buf := upload(t, d, make([]float32, 4*n)) // four slices of one buffer, as an arena
+	part := func(i int) Tensor { t := Contiguous(buf, n); t.Off = i * n; return t }
+	op := func(u int, src, dst Tensor, declare bool) Dispatch {
+		dp, err := UnaryOp(u, src, dst, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if declare {
+			dp = dp.WithAccess([]Tensor{src}, []Tensor{dst})
+		}
+		return dp
+	}
+	xt := Contiguous(x, n)
+	for _, c := range []struct {
+		name     string
+		ds       []Dispatch
+		barriers int
+	}{
+		{"independent reads of x", []Dispatch{op(cgo.UNeg, xt, part(0), true), op(cgo.UExp, xt, part(1), true), op(cgo.USquare, xt, part(2), true)}, 0},
+		{"read after write", []Dispatch{op(cgo.UNeg, xt, part(0), true), op(cgo.UExp, part(0), part(1), true)}, 1},
+		{"write after read", []Dispatch{op(cgo.UNeg, part(0), part(1), true), op(cgo.UExp, xt, part(0), true)}, 1},
+		{"write after write", []Dispatch{op(cgo.UNeg, xt, part(0), true), op(cgo.UExp, xt, part(0), true)}, 1},
+		{"undeclared", []Dispatch{op(cgo.UNeg, xt, part(0), true), op(cgo.UExp, xt, part(1), false), op(cgo.USquare, xt, part(2), true)}, 2},
+		{"a barrier clears what came before", []Dispatch{op(cgo.UNeg, xt, part(0), true), op(cgo.UExp, part(0), part(1), true),
+			op(cgo.USquare, xt, part(2), true), op(cgo.UAbs, part(1), part(3), true)}, 2},
+	} {
+		p, err := d.NewProgram(c.ds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Barriers != c.barriers {
+			t.Errorf("%s: %d barriers, want %d", c.name, p.Barriers, c.barriers)
+		}
+		clear(buf.Float32s())
+		if err := p.Run(); err != nil {
+			t.Fatal(err)
+		}
+		p.Close()
+		if c.name == "a barrier clears what came before" {
+			for i, v := range xv {
+				want := math.Exp(-float64(v))
+				if got := buf.Float32s()[3*n+i]; math.Abs(float64(got)-want) > 1e-5*want {
+					t.Fatalf("%s: y[%d] = %v, want %v", c.name, i, got, want)
+				}
+			}
+		}
+	}
+}
