@@ -119,6 +119,12 @@ type MemoryReporter interface {
 	MemoryPeak() int64
 }
 
+// Profiler is a backend that times the nodes of its runs (the bench commands' --profile).
+type Profiler interface {
+	StartProfile()
+	StopProfile() ([]OpTime, []ShapeTime)
+}
+
 // Placement says where a model runs: Backend for the model, Part for the one part a command
 // lets users place apart (MeanVC2's vocoder, MioTTS's codec; "" keeps it with the model),
 // Threads for a CPU backend. Log, when set, gets auto's one line saying why it chose the CPU.

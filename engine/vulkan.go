@@ -1,7 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/voxpipe/voxpipe/cgo"
@@ -18,6 +22,80 @@ import (
 // compile error naming it, so a caller can keep that model on the CPU.
 type Vulkan struct {
 	dev *vulkan.Device
+
+	timed     bool // programs compiled from now on record timestamps (EnableTimestamps)
+	profiling atomic.Bool
+	profMu    sync.Mutex
+	prof      map[profKey]*ShapeTime // StartProfile's accumulated node times
+}
+
+type profKey struct{ op, in0, in1 string }
+
+// EnableTimestamps makes the programs compiled from now on time each node on the device
+// (where its queue has timestamps), for StartProfile; call it before loading a model to
+// profile. Timestamps cost a little on every run.
+func (v *Vulkan) EnableTimestamps() { v.timed = true }
+
+// StartProfile collects the node times of the following runs of timed programs (see
+// EnableTimestamps), until StopProfile.
+func (v *Vulkan) StartProfile() {
+	v.profMu.Lock()
+	v.prof = map[profKey]*ShapeTime{}
+	v.profMu.Unlock()
+	v.profiling.Store(true)
+}
+
+// StopProfile returns the time per kind of op and per kind of op and operand shapes since
+// StartProfile, most first: the device's own timestamps, not the host's wait.
+func (v *Vulkan) StopProfile() ([]OpTime, []ShapeTime) {
+	v.profiling.Store(false)
+	v.profMu.Lock()
+	defer v.profMu.Unlock()
+	byOp := map[string]*OpTime{}
+	var shapes []ShapeTime
+	for _, s := range v.prof {
+		shapes = append(shapes, *s)
+		o := byOp[s.Op]
+		if o == nil {
+			o = &OpTime{Op: s.Op}
+			byOp[s.Op] = o
+		}
+		o.Calls += s.Calls
+		o.Time += s.Time
+	}
+	var ops []OpTime
+	for _, o := range byOp {
+		ops = append(ops, *o)
+	}
+	slices.SortFunc(ops, func(a, b OpTime) int { return cmp.Compare(b.Time, a.Time) })
+	slices.SortFunc(shapes, func(a, b ShapeTime) int { return cmp.Compare(b.Time, a.Time) })
+	return ops, shapes
+}
+
+// record adds a timed run's dispatch times to the profile.
+func (v *Vulkan) record(p *vulkanProgram) {
+	times, err := p.prog.Times()
+	if err != nil || times == nil {
+		return
+	}
+	v.profMu.Lock()
+	defer v.profMu.Unlock()
+	if v.prof == nil {
+		return
+	}
+	for i, d := range times {
+		n := p.nodes[p.dispatchNode[i]]
+		k := profKey{n.Op, fmt.Sprint(n.In0), fmt.Sprint(n.In1)}
+		s := v.prof[k]
+		if s == nil {
+			s = &ShapeTime{Op: n.Op, In0: n.In0, In1: n.In1}
+			v.prof[k] = s
+		}
+		s.Time += d
+		if i == 0 || p.dispatchNode[i-1] != p.dispatchNode[i] {
+			s.Calls++
+		}
+	}
 }
 
 // NewVulkan opens Vulkan device index (vulkan.Devices lists them).
@@ -107,7 +185,11 @@ type vulkanNode struct {
 var vulkanLowerings = map[cgo.Op]func(n vulkanNode) ([]vulkan.Dispatch, error){}
 
 type vulkanProgram struct {
+	v       *Vulkan
 	prog    *vulkan.Program
+	// nodes and dispatchNode name what each dispatch ran, for the profile.
+	nodes        []ShapeTime
+	dispatchNode []int
 	arena   *vulkan.Buffer
 	consts  []*vulkan.Buffer // tables the program's shaders read (RoPE cos/sin)
 	prerun  []func()         // host work before each submission (the RoPE tables of the run's positions)
@@ -123,7 +205,7 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	prog := &vulkanProgram{io: map[string]*vulkan.Buffer{}, inputs: g.inputs, outputs: g.outputs}
+	prog := &vulkanProgram{v: v, io: map[string]*vulkan.Buffer{}, inputs: g.inputs, outputs: g.outputs}
 	fail := func(err error) (Program, error) {
 		prog.Close()
 		return nil, fmt.Errorf("engine: %s: compile for %s: %w", g.name, v.Name(), err)
@@ -168,6 +250,17 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 	}
 	var ds []vulkan.Dispatch
 	for i, nd := range g.nodes {
+		for len(prog.dispatchNode) < len(ds) {
+			prog.dispatchNode = append(prog.dispatchNode, i-1)
+		}
+		info := ShapeTime{Op: opName(nd.op)}
+		if len(nd.src) > 0 {
+			info.In0 = g.tensors[nd.src[0]].shape
+		}
+		if len(nd.src) > 1 {
+			info.In1 = g.tensors[nd.src[1]].shape
+		}
+		prog.nodes = append(prog.nodes, info)
 		var d vulkan.Dispatch
 		var err error
 		dst := operand(nd.dst)
@@ -297,7 +390,14 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 		}
 		ds = append(ds, d.WithAccess(srcs, []vulkan.Tensor{dst}))
 	}
-	if prog.prog, err = v.dev.NewProgram(ds); err != nil {
+	for len(prog.dispatchNode) < len(ds) {
+		prog.dispatchNode = append(prog.dispatchNode, len(g.nodes)-1)
+	}
+	newProgram := v.dev.NewProgram
+	if v.timed {
+		newProgram = v.dev.NewTimedProgram
+	}
+	if prog.prog, err = newProgram(ds); err != nil {
 		return fail(err)
 	}
 	prog.stats.Nodes, prog.stats.Barriers = len(ds), prog.prog.Barriers
@@ -320,7 +420,13 @@ func (p *vulkanProgram) Run() error {
 	for _, f := range p.prerun {
 		f()
 	}
-	return p.prog.Run()
+	if err := p.prog.Run(); err != nil {
+		return err
+	}
+	if p.v.profiling.Load() {
+		p.v.record(p)
+	}
+	return nil
 }
 
 // ropeTable is the cos/sin table of a RoPE node: filled before each run from the positions

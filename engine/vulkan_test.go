@@ -262,3 +262,45 @@ func TestVulkanAttentionBlock(t *testing.T) {
 		}, fill, []string{"q", "k", "att"}, 3e-5)
 	}
 }
+
+// With timestamps enabled, a profile of Vulkan runs gives each kind of op its calls and
+// device time, and per op and shapes; without StartProfile nothing is collected.
+func TestVulkanProfile(t *testing.T) {
+	v := vulkanBackend(t)
+	if !v.dev.Timestamps() {
+		t.Skip("no timestamps on this device")
+	}
+	v.EnableTimestamps()
+	g := NewGraph("profiled")
+	x := g.Input("x", F32, 64, 256)
+	h := g.Softmax(g.GELU(x, false), nil, 1)
+	g.Output("y", g.Add(h, x))
+	p, err := v.Compile(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Run(); err != nil { // not profiled
+		t.Fatal(err)
+	}
+	v.StartProfile()
+	for range 3 {
+		if err := p.Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops, shapes := v.StopProfile()
+	calls := map[string]int64{}
+	for _, o := range ops {
+		calls[o.Op] = o.Calls
+		if o.Time <= 0 {
+			t.Errorf("%s: time %v", o.Op, o.Time)
+		}
+	}
+	if calls["Softmax"] != 3 || calls["Binary"] != 3 || calls["Unary"] != 3 {
+		t.Errorf("calls by op %v, want 3 each of Unary, Softmax, Binary", calls)
+	}
+	if len(shapes) != 3 || shapes[0].In0 == nil {
+		t.Errorf("by shape: %+v", shapes)
+	}
+}

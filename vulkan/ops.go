@@ -9,6 +9,7 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"time"
 	"unsafe"
 )
 
@@ -297,17 +298,52 @@ type Program struct {
 	p   *C.vxk_prog
 	// Barriers is how many barriers the dispatches needed (the first dispatch has none).
 	Barriers int
+	n        int
+	timed    bool
+}
+
+// Times is how long each dispatch of the last run took on the device (from the end of the
+// one before; dispatches that overlap share their time); nil for an untimed program.
+func (p *Program) Times() ([]time.Duration, error) {
+	if !p.timed || p.n == 0 {
+		return nil, nil
+	}
+	ns := (*C.double)(C.calloc(C.size_t(p.n), C.sizeof_double))
+	defer C.free(unsafe.Pointer(ns))
+	e := errBuf()
+	defer C.free(unsafe.Pointer(e))
+	if C.vxk_prog_times(p.p, ns, e) != 0 {
+		return nil, p.dev.errorf("timestamps", e)
+	}
+	out := make([]time.Duration, p.n)
+	for i, v := range unsafe.Slice((*float64)(unsafe.Pointer(ns)), p.n) {
+		out[i] = time.Duration(v)
+	}
+	return out, nil
 }
 
 // NewProgram records the dispatches in order.
-func (d *Device) NewProgram(ds []Dispatch) (*Program, error) {
+func (d *Device) NewProgram(ds []Dispatch) (*Program, error) { return d.newProgram(ds, false) }
+
+// NewTimedProgram is NewProgram with a timestamp after every dispatch (Times), where the
+// device has timestamps (Timestamps); they cost a little on every run.
+func (d *Device) NewTimedProgram(ds []Dispatch) (*Program, error) { return d.newProgram(ds, true) }
+
+// Timestamps reports whether the device's compute queue can time dispatches.
+func (d *Device) Timestamps() bool { return C.vxk_timestamps(d.d) != 0 }
+
+func (d *Device) newProgram(ds []Dispatch, timed bool) (*Program, error) {
 	e := errBuf()
 	defer C.free(unsafe.Pointer(e))
-	p := C.vxk_prog_new(d.d, C.int(len(ds)), e)
+	ct := C.int(0)
+	if timed && d.Timestamps() {
+		ct = 1
+	}
+	p := C.vxk_prog_new(d.d, C.int(len(ds)), ct, e)
 	if p == nil {
 		return nil, d.errorf("program", e)
 	}
-	prog := &Program{dev: d, p: p}
+	prog := &Program{dev: d, p: p, n: len(ds), timed: ct != 0}
 	table := (*[16]*C.vxk_buf)(C.calloc(16, C.size_t(unsafe.Sizeof(uintptr(0)))))
 	defer C.free(unsafe.Pointer(table))
 	push := (*[32]uint32)(C.calloc(32, 4))

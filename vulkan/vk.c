@@ -94,6 +94,11 @@ static const char *vkres(VkResult r) {
 	X(vkDestroyFence)                                                                                              \
 	X(vkWaitForFences)                                                                                             \
 	X(vkResetFences)                                                                                               \
+	X(vkCreateQueryPool)                                                                                           \
+	X(vkDestroyQueryPool)                                                                                          \
+	X(vkCmdResetQueryPool)                                                                                         \
+	X(vkCmdWriteTimestamp)                                                                                         \
+	X(vkGetQueryPoolResults)                                                                                       \
 	X(vkDeviceWaitIdle)
 
 #define DECLARE(f) static PFN_##f f;
@@ -218,6 +223,8 @@ struct vxk_dev {
 	VkCommandBuffer cmd;
 	VkFence fence;
 	pthread_mutex_t mu; /* one submission at a time */
+	double ns_per_tick; /* timestamp period; 0: the queue has no timestamps */
+	uint64_t tick_mask; /* the timestamps' valid bits */
 };
 
 vxk_dev *vxk_open(int i, char *err) {
@@ -248,6 +255,13 @@ vxk_dev *vxk_open(int i, char *err) {
 	}
 	d->phys = physical[i];
 	vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
+	VkPhysicalDeviceProperties props;
+	vkGetPhysicalDeviceProperties(d->phys, &props);
+	uint32_t bits = qf[family].timestampValidBits;
+	if (bits > 0 && props.limits.timestampPeriod > 0) {
+		d->ns_per_tick = props.limits.timestampPeriod;
+		d->tick_mask = bits >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << bits) - 1);
+	}
 	float prio = 1.0f;
 	VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
 	                               .queueFamilyIndex = (uint32_t)family,
@@ -502,11 +516,14 @@ struct vxk_prog {
 	vxk_dev *d;
 	VkCommandBuffer cmd;
 	VkDescriptorPool pool;
+	VkQueryPool queries; /* timed programs: a timestamp before the first and after each dispatch */
 	int n, max;
 	int ended;
 };
 
-vxk_prog *vxk_prog_new(vxk_dev *d, int max_dispatches, char *err) {
+int vxk_timestamps(vxk_dev *d) { return d->ns_per_tick > 0; }
+
+vxk_prog *vxk_prog_new(vxk_dev *d, int max_dispatches, int timed, char *err) {
 	if (max_dispatches < 1)
 		max_dispatches = 1;
 	vxk_prog *pr = calloc(1, sizeof *pr);
@@ -536,7 +553,42 @@ vxk_prog *vxk_prog_new(vxk_dev *d, int max_dispatches, char *err) {
 		vxk_prog_free(pr);
 		return NULL;
 	}
+	if (timed && d->ns_per_tick > 0) {
+		VkQueryPoolCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+		                            .queryType = VK_QUERY_TYPE_TIMESTAMP,
+		                            .queryCount = (uint32_t)(max_dispatches + 1)};
+		if ((r = d->f.vkCreateQueryPool(d->dev, &qi, NULL, &pr->queries)) != VK_SUCCESS) {
+			fail(err, "timestamp queries: %s (%d)", vkres(r), r);
+			vxk_prog_free(pr);
+			return NULL;
+		}
+		d->f.vkCmdResetQueryPool(pr->cmd, pr->queries, 0, qi.queryCount);
+		d->f.vkCmdWriteTimestamp(pr->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, pr->queries, 0);
+	}
 	return pr;
+}
+
+int vxk_prog_times(vxk_prog *pr, double *ns, char *err) {
+	if (!pr->queries) {
+		fail(err, "the program was not recorded with timestamps");
+		return -1;
+	}
+	uint64_t *t = calloc((size_t)pr->n + 1, sizeof *t);
+	if (!t) {
+		fail(err, "out of memory");
+		return -1;
+	}
+	VkResult r = pr->d->f.vkGetQueryPoolResults(pr->d->dev, pr->queries, 0, (uint32_t)pr->n + 1, ((size_t)pr->n + 1) * sizeof *t, t,
+	                                            sizeof *t, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+	if (r != VK_SUCCESS) {
+		free(t);
+		fail(err, "vkGetQueryPoolResults: %s (%d)", vkres(r), r);
+		return -1;
+	}
+	for (int i = 0; i < pr->n; i++)
+		ns[i] = (double)((t[i + 1] - t[i]) & pr->d->tick_mask) * pr->d->ns_per_tick;
+	free(t);
+	return 0;
 }
 
 /* barrier makes every earlier shader write visible to later shader reads and writes (and,
@@ -586,6 +638,8 @@ int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, int barrier_before, vxk_buf *const *
 		d->f.vkCmdPushConstants(pr->cmd, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (uint32_t)push_bytes, push);
 	d->f.vkCmdDispatch(pr->cmd, gx, gy, gz);
 	pr->n++;
+	if (pr->queries) /* when every earlier command has finished its compute work */
+		d->f.vkCmdWriteTimestamp(pr->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, pr->queries, (uint32_t)pr->n);
 	return 0;
 }
 
@@ -620,6 +674,8 @@ void vxk_prog_free(vxk_prog *pr) {
 	vxk_dev *d = pr->d;
 	if (pr->pool)
 		d->f.vkDestroyDescriptorPool(d->dev, pr->pool, NULL);
+	if (pr->queries)
+		d->f.vkDestroyQueryPool(d->dev, pr->queries, NULL);
 	if (pr->cmd) {
 		pthread_mutex_lock(&d->mu);
 		d->f.vkFreeCommandBuffers(d->dev, d->pool, 1, &pr->cmd);

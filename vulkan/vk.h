@@ -50,11 +50,16 @@ void vxk_pipeline_free(vxk_dev *d, vxk_pipe *p);
  * set, a barrier before those that depend on earlier ones: barrier_before) and replayed by
  * vxk_prog_run, one submission per run. */
 typedef struct vxk_prog vxk_prog;
-vxk_prog *vxk_prog_new(vxk_dev *d, int max_dispatches, char *err);
+vxk_prog *vxk_prog_new(vxk_dev *d, int max_dispatches, int timed, char *err);
 int vxk_prog_add(vxk_prog *pr, vxk_pipe *p, int barrier_before, vxk_buf *const *bufs, int nbuf, const void *push, int push_bytes,
                  uint32_t gx, uint32_t gy, uint32_t gz, char *err);
 int vxk_prog_end(vxk_prog *pr, char *err);
 int vxk_prog_run(vxk_prog *pr, char *err);
+/* Whether the device's compute queue has timestamps (timed programs need them). */
+int vxk_timestamps(vxk_dev *d);
+/* A timed program's last run: ns[i] is the time from the end of dispatch i-1 (the start,
+ * for i = 0) to the end of dispatch i. */
+int vxk_prog_times(vxk_prog *pr, double *ns, char *err);
 void vxk_prog_free(vxk_prog *pr);
 
 #endif

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/voxpipe/voxpipe/cgo"
 )
@@ -508,5 +509,57 @@ func TestProgramBarriers(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A timed program reports a time for each dispatch of its last run; an untimed one none.
+func TestProgramTimes(t *testing.T) {
+	d := device(t)
+	if !d.Timestamps() {
+		t.Skip("the device's queue has no timestamps")
+	}
+	const n = 1 << 16
+	x := upload(t, d, randoms(rand.New(rand.NewPCG(1, 1)), n, 1))
+	y := upload(t, d, make([]float32, n))
+	var ds []Dispatch
+	for _, u := range []int{cgo.UExp, cgo.UTanh, cgo.USin} {
+		dp, err := UnaryOp(u, Contiguous(x, n), Contiguous(y, n), 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, dp)
+	}
+	p, err := d.NewTimedProgram(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range 2 {
+		if err := p.Run(); err != nil {
+			t.Fatal(err)
+		}
+		times, err := p.Times()
+		if err != nil || len(times) != 3 {
+			t.Fatalf("times %v, %v", times, err)
+		}
+		var sum time.Duration
+		for _, v := range times {
+			if v < 0 || v > time.Second {
+				t.Errorf("dispatch time %v", v)
+			}
+			sum += v
+		}
+		if sum <= 0 {
+			t.Errorf("times %v add up to nothing", times)
+		}
+		t.Logf("times %v", times)
+	}
+	u, err := d.NewProgram(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if times, err := u.Times(); times != nil || err != nil {
+		t.Errorf("untimed program: %v, %v", times, err)
 	}
 }

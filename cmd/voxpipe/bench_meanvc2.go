@@ -171,6 +171,10 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeBE()
 	res.Backend, res.VocoderBackend = be.Name(), voc.Name()
+	prof, err := newProfiler(*profile, be, stderr)
+	if err != nil {
+		return err
+	}
 	logf("loading %s on %s…\n", *model, be.Name())
 	t0 := time.Now()
 	m, err := meanvc2.LoadOn(*model, meanvc2.Backends{Main: be, Vocoder: voc})
@@ -220,10 +224,7 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	m.WavLM.Trim()
 
 	logf("streaming %.0f s…\n", *seconds)
-	prof, err := newProfiler(*profile, be, stderr)
-	if err != nil {
-		return err
-	}
+
 	prof.start()
 	st, err := meanvc2.BenchStream(m, *seconds, 1)
 	if err != nil {

@@ -26,20 +26,25 @@ func medianRun(p engine.Program, n int) (time.Duration, error) {
 // profiler prints where a bench's timed part spends its time, by kind of engine op (--profile);
 // a nil profiler does nothing.
 type profiler struct {
-	be  *engine.CPU
+	be  engine.Profiler
 	out io.Writer
 	t0  time.Time
 }
 
+// newProfiler must come before the model is loaded: a GPU backend times only the programs
+// compiled after it asks for timestamps.
 func newProfiler(on bool, be engine.Backend, out io.Writer) (*profiler, error) {
 	if !on {
 		return nil, nil
 	}
-	cpu, ok := be.(*engine.CPU)
+	p, ok := be.(engine.Profiler)
 	if !ok {
-		return nil, fmt.Errorf("--profile times the CPU backend's ops; %s has no per-node timing yet", be.Name())
+		return nil, fmt.Errorf("--profile: %s cannot time its nodes", be.Name())
 	}
-	return &profiler{be: cpu, out: out}, nil
+	if v, ok := be.(*engine.Vulkan); ok {
+		v.EnableTimestamps()
+	}
+	return &profiler{be: p, out: out}, nil
 }
 
 func (p *profiler) start() {
