@@ -185,18 +185,18 @@ type vulkanNode struct {
 var vulkanLowerings = map[cgo.Op]func(n vulkanNode) ([]vulkan.Dispatch, error){}
 
 type vulkanProgram struct {
-	v       *Vulkan
-	prog    *vulkan.Program
+	v    *Vulkan
+	prog *vulkan.Program
 	// nodes and dispatchNode name what each dispatch ran, for the profile.
 	nodes        []ShapeTime
 	dispatchNode []int
-	arena   *vulkan.Buffer
-	consts  []*vulkan.Buffer // tables the program's shaders read (RoPE cos/sin)
-	prerun  []func()         // host work before each submission (the RoPE tables of the run's positions)
-	io      map[string]*vulkan.Buffer
-	inputs  map[string]int
-	outputs map[string]int
-	stats   PlanStats
+	arena        *vulkan.Buffer
+	consts       []*vulkan.Buffer // tables the program's shaders read (RoPE cos/sin)
+	prerun       []func()         // host work before each submission (the RoPE tables of the run's positions)
+	io           map[string]*vulkan.Buffer
+	inputs       map[string]int
+	outputs      map[string]int
+	stats        PlanStats
 }
 
 // Compile implements Backend.
