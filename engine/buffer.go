@@ -44,8 +44,9 @@ func Accepts(a Allocator, dtype DType) bool {
 // Memory is one allocation of a backend.
 type Memory interface {
 	Bytes() int64
-	// Write copies p into the memory from byte offset off.
+	// Write copies p into the memory from byte offset off; Read copies from it into p.
 	Write(off int64, p []byte) error
+	Read(off int64, p []byte) error
 	Free()
 }
 
@@ -63,6 +64,14 @@ func (h hostMem) Write(off int64, p []byte) error {
 		return fmt.Errorf("engine: write of %d bytes at %d into %d", len(p), off, h.Bytes())
 	}
 	copy(h.bytes()[off:], p)
+	return nil
+}
+
+func (h hostMem) Read(off int64, p []byte) error {
+	if off < 0 || off+int64(len(p)) > h.Bytes() {
+		return fmt.Errorf("engine: read of %d bytes at %d from %d", len(p), off, h.Bytes())
+	}
+	copy(p, h.bytes()[off:])
 	return nil
 }
 
@@ -262,6 +271,26 @@ func (b *Buffer) Raw() []byte {
 
 // Write copies encoded bytes into the buffer from byte offset off (any backend's memory).
 func (b *Buffer) Write(off int64, p []byte) error { return b.mem.Write(off, p) }
+
+// Read copies the buffer's encoded bytes from byte offset off into p (any backend's memory:
+// a GPU's is read back through a staging copy).
+func (b *Buffer) Read(off int64, p []byte) error { return b.mem.Read(off, p) }
+
+// Values is an F32 buffer's values: a view of host memory, or a copy read back from a
+// device's.
+func (b *Buffer) Values() ([]float32, error) {
+	if v := b.Float32s(); v != nil {
+		return v, nil
+	}
+	if b.dtype != F32 {
+		return nil, fmt.Errorf("engine: buffer %q holds %s, not F32 values", b.name, dtypeName(b.dtype))
+	}
+	v := make([]float32, b.Bytes()/4)
+	if err := b.Read(0, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
 
 // shapeOnly is a buffer with a shape and no memory: graphs built only to be planned (memory
 // benchmarks of real-size models) use it instead of gigabytes of weights.

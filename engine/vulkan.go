@@ -133,21 +133,58 @@ type vkMem struct {
 func (m vkMem) Bytes() int64 { return int64(m.b.Len()) * 4 }
 func (m vkMem) Free()        { m.b.Free() }
 
-// Write copies p through a host-visible staging buffer (whole float32 values only).
+// Write copies p through a host-visible staging buffer; a range that does not start or end
+// on a 4-byte word keeps the bytes it shares a word with (the copies move whole words).
 func (m vkMem) Write(off int64, p []byte) error {
-	if off < 0 || off%4 != 0 || len(p)%4 != 0 || off+int64(len(p)) > m.Bytes() {
+	if off < 0 || off+int64(len(p)) > m.Bytes() {
 		return fmt.Errorf("engine: write of %d bytes at %d into %d bytes of device memory", len(p), off, m.Bytes())
 	}
 	if len(p) == 0 {
 		return nil
 	}
-	st, err := m.dev.Alloc(len(p)/4, true)
+	lo, hi := off&^3, (off+int64(len(p))+3)&^3
+	st, err := m.staging(lo, hi)
 	if err != nil {
 		return err
 	}
 	defer st.Free()
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st.Float32s()))), len(p)), p)
-	return st.CopyRange(0, m.b, int(off/4), len(p)/4)
+	words := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st.Float32s()))), hi-lo)
+	if lo != off || hi != off+int64(len(p)) {
+		if err := m.b.CopyRange(int(lo/4), st, 0, int(hi-lo)/4); err != nil {
+			return err
+		}
+	}
+	copy(words[off-lo:], p)
+	return st.CopyRange(0, m.b, int(lo/4), int(hi-lo)/4)
+}
+
+// Read copies bytes back from device memory through a staging buffer.
+func (m vkMem) Read(off int64, p []byte) error {
+	if off < 0 || off+int64(len(p)) > m.Bytes() {
+		return fmt.Errorf("engine: read of %d bytes at %d from %d bytes of device memory", len(p), off, m.Bytes())
+	}
+	if len(p) == 0 {
+		return nil
+	}
+	lo, hi := off&^3, (off+int64(len(p))+3)&^3
+	st, err := m.staging(lo, hi)
+	if err != nil {
+		return err
+	}
+	defer st.Free()
+	if err := m.b.CopyRange(int(lo/4), st, 0, int(hi-lo)/4); err != nil {
+		return err
+	}
+	copy(p, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st.Float32s()))), hi-lo)[off-lo:])
+	return nil
+}
+
+// staging is a host-visible buffer for the words [lo, hi) of m (bytes, 4-aligned).
+func (m vkMem) staging(lo, hi int64) (*vulkan.Buffer, error) {
+	if hi > 4*int64(m.b.Len()) {
+		return nil, fmt.Errorf("engine: bytes %d…%d outside %d bytes of device memory", lo, hi, 4*m.b.Len())
+	}
+	return m.dev.Alloc(int(hi-lo)/4, true)
 }
 
 // Accepts implements EncodingChecker: the shaders read F32 (and I32 positions) only, so model

@@ -9,6 +9,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/internal/golden"
+	"github.com/voxpipe/voxpipe/internal/vulkantest"
 	"github.com/voxpipe/voxpipe/models/meanvc2"
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/rtc/rtcclient"
@@ -22,15 +23,21 @@ import (
 // unusable refs get their error codes, and the latency the client measures matches the
 // algorithmic latency the server reports.
 func TestLoopbackMeanVC2(t *testing.T) {
+	cpu := func() (engine.Backend, error) { return engine.NewCPU(2) }
 	// Both published variants: 120 ms + 40 ms, and 40 ms + 40 ms (lower latency).
 	for _, folder := range []string{"meanvc2", "meanvc2_40ms"} {
-		t.Run(folder, func(t *testing.T) { testLoopbackMeanVC2(t, folder) })
+		t.Run(folder, func(t *testing.T) { testLoopbackMeanVC2(t, folder, cpu) })
 	}
+	// And once with the model on Vulkan (lavapipe in CI).
+	t.Run("meanvc2/vulkan", func(t *testing.T) {
+		vulkantest.Require(t)
+		testLoopbackMeanVC2(t, "meanvc2", func() (engine.Backend, error) { return engine.NewVulkan(0) })
+	})
 }
 
-func testLoopbackMeanVC2(t *testing.T, folder string) {
+func testLoopbackMeanVC2(t *testing.T, folder string, newBackend func() (engine.Backend, error)) {
 	path := golden.Path(t, folder, "model.gguf")
-	be, err := engine.NewCPU(2)
+	be, err := newBackend()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/internal/golden"
+	"github.com/voxpipe/voxpipe/internal/vulkantest"
 )
 
 // rewriteCases copies a family's golden folder, letting edit change the cases' tensors.
@@ -132,5 +133,21 @@ func TestGoldenMeanVC2Variants(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(stdout), "\n")
 			t.Errorf("golden --family %s: exit %d\n%s\n%s", family, code, lines[len(lines)-1], stderr)
 		}
+	}
+}
+
+// Every golden family passes every stage with its model on Vulkan (lavapipe in CI): the
+// shaders, the backend's lowering and the models' device-side buffers together.
+func TestGoldenVulkan(t *testing.T) {
+	vulkantest.Require(t)
+	for family := range goldenFamilies {
+		t.Run(family, func(t *testing.T) {
+			golden.Path(t, family)
+			stdout, stderr, code := runCmd(t, "golden", "--family", family, "--backend", "vulkan")
+			if code != 0 || !strings.Contains(stdout, " 0 failed") || !strings.Contains(stdout, "on vulkan:") {
+				t.Fatalf("golden %s on Vulkan: exit %d\n%s\n%s", family, code, stdout, stderr)
+			}
+			t.Log(stdout[strings.LastIndex(strings.TrimSpace(stdout), "\n")+1:])
+		})
 	}
 }

@@ -191,15 +191,26 @@ func (m *Model) restrictedHead(rows []int32) (*engine.Buffer, error) {
 	hid := m.Config.Hidden
 	dt := m.head.DType()
 	rb := int(m.head.Bytes()) / m.Config.Vocab
-	src := m.head.Raw()
+	src := m.head.Raw() // nil on a GPU: the rows are read back, runs of consecutive rows at once
 	data := make([]byte, len(rows)*rb)
-	for i, r := range rows {
+	for i := 0; i < len(rows); {
+		r := rows[i]
 		if r < 0 || int(r) >= m.Config.Vocab {
 			return nil, fmt.Errorf("qwen3: output row %d outside the vocabulary of %d", r, m.Config.Vocab)
 		}
-		copy(data[i*rb:(i+1)*rb], src[int(r)*rb:(int(r)+1)*rb])
+		n := 1
+		for i+n < len(rows) && rows[i+n] == r+int32(n) && int(r)+n < m.Config.Vocab {
+			n++
+		}
+		dst := data[i*rb : (i+n)*rb]
+		if src != nil {
+			copy(dst, src[int(r)*rb:])
+		} else if err := m.head.Read(int64(r)*int64(rb), dst); err != nil {
+			return nil, fmt.Errorf("qwen3: output head rows: %w", err)
+		}
+		i += n
 	}
-	if dt == engine.Q8_0 {
+	if dt == engine.Q8_0 && engine.Accepts(m.backend, engine.Q8_0R8) {
 		dt = engine.Q8_0R8
 	}
 	buf, err := engine.UploadRaw(m.backend, "lm_head.restricted", dt, data, int64(len(rows)), int64(hid))
@@ -283,9 +294,16 @@ func (s *Session) Close() {
 }
 
 // KCache and VCache are layer i's caches, [KVHeads, MaxT, HeadDim] row-major (keys after
-// k_norm and RoPE); positions [0, Pos()) are valid. Shared memory, valid until Close.
-func (s *Session) KCache(i int) []float32 { return s.kc[i].Float32s() }
-func (s *Session) VCache(i int) []float32 { return s.vc[i].Float32s() }
+// k_norm and RoPE); positions [0, Pos()) are valid. On the CPU they share the cache's
+// memory (valid until Close); on a GPU they are copies read back.
+func (s *Session) KCache(i int) []float32 { return values(s.kc[i]) }
+func (s *Session) VCache(i int) []float32 { return values(s.vc[i]) }
+
+// values is a cache's contents, read back from a GPU when it lives there (nil on failure).
+func values(b *engine.Buffer) []float32 {
+	v, _ := b.Values()
+	return v
+}
 
 // Prefill feeds ids at positions Pos()..Pos()+len(ids)-1 and returns the logits of the last
 // one (over the whole vocabulary, or the rows chosen by SetOutputRows; a slice owned by the
