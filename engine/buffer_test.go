@@ -17,6 +17,10 @@ func (d *deviceMem) Write(off int64, p []byte) error {
 	copy(d.b[off:], p)
 	return nil
 }
+func (d *deviceMem) Read(off int64, p []byte) error {
+	copy(p, d.b[off:])
+	return nil
+}
 
 type deviceAlloc struct{}
 

@@ -304,3 +304,52 @@ func TestVulkanProfile(t *testing.T) {
 		t.Errorf("by shape: %+v", shapes)
 	}
 }
+
+// Device buffers are written and read back at any byte offset and length: bytes that share a
+// word with the range are kept (quantised rows are not word-aligned).
+func TestVulkanBufferReadWrite(t *testing.T) {
+	v := vulkanBackend(t)
+	b, err := v.Alloc("b", F32, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	want := make([]byte, 40)
+	for i := range want {
+		want[i] = byte(i + 1)
+	}
+	if err := b.Write(0, want); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ off, n int }{{5, 7}, {0, 3}, {37, 3}, {12, 8}, {1, 1}} {
+		p := make([]byte, c.n)
+		for i := range p {
+			p[i] = byte(200 + i)
+		}
+		if err := b.Write(int64(c.off), p); err != nil {
+			t.Fatal(err)
+		}
+		copy(want[c.off:], p)
+		got := make([]byte, 40)
+		if err := b.Read(0, got); err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("after writing %d bytes at %d: %v, want %v", c.n, c.off, got, want)
+		}
+		part := make([]byte, c.n)
+		if err := b.Read(int64(c.off), part[:c.n]); err != nil || string(part[:c.n]) != string(p) {
+			t.Fatalf("read of %d bytes at %d: %v (%v), want %v", c.n, c.off, part[:c.n], err, p)
+		}
+	}
+	if err := b.Write(38, make([]byte, 3)); err == nil {
+		t.Error("write past the end: no error")
+	}
+	if err := b.Read(-1, make([]byte, 2)); err == nil {
+		t.Error("read before the start: no error")
+	}
+	vals, err := b.Values()
+	if err != nil || len(vals) != 10 {
+		t.Errorf("Values: %d values, %v", len(vals), err)
+	}
+}
