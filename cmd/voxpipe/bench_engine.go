@@ -318,8 +318,9 @@ type gemmPeak struct {
 }
 
 func runBenchGemm(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench gemm", "bench gemm [--threads N] [--model meanvc2|miotts|miocodec] [--dtype f32|f16|q8_0] [--per-call 16] [--rounds 5] [--peak 2048] [--weights-in-cache] [--json]", stderr)
+	fs := newFlags("bench gemm", "bench gemm [--threads N] [--model meanvc2|miotts|miocodec] [--dtype f32|f16|q8_0] [--per-call 16] [--rounds 5] [--peak 2048] [--weights-in-cache] [--backend cpu|vulkan[:N]] [--json]", stderr)
 	threads := fs.Int("threads", 2, "threads for both our engine and OpenBLAS")
+	backend := fs.String("backend", "cpu", "where our products run (OpenBLAS is always the CPU): "+engine.BackendUsage)
 	only := fs.String("model", "", "only this model's shapes (meanvc2, miotts or miocodec; default all)")
 	dtype := fs.String("dtype", "f32", "our weights' encoding: f32, f16 or q8_0 (Q8_0 where K is a multiple of 32, as the model files store them; OpenBLAS is always F32)")
 	perCall := fs.Int("per-call", 16, "products per engine program run and per OpenBLAS cgo call, as a model's program runs many in one call (products of 0.2 GFLOP or more run fewer, down to one)")
@@ -364,18 +365,26 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("unknown --model %q (meanvc2, miotts or miocodec)", *only)
 		}
 	}
-	cpu, err := engine.NewCPU(*threads)
+	spec, err := engine.ParseBackend(*backend)
 	if err != nil {
 		return err
 	}
-	defer cpu.Close()
+	be, note, err := engine.OpenBackend(spec, *threads)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	if note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+	fmt.Fprintf(stderr, "ours on %s\n", be.Name())
 	emit := func(v any) error { return json.NewEncoder(stdout).Encode(v) }
 
 	var pk *gemmPeak
 	if *peak > 0 {
 		fmt.Fprintf(stderr, "peak: %d³…\n", *peak)
 		p := *peak
-		ours, blas, _, err := gemmPair(cpu, *threads, p, p, p, 1, 1, engine.F32, false, -*rounds)
+		ours, blas, _, err := gemmPair(be, *threads, p, p, p, 1, 1, engine.F32, false, -*rounds)
 		if err != nil {
 			return err
 		}
@@ -407,7 +416,7 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		// Products of a GFLOP or more run one per call: the call's own cost is then noise.
 		per := min(*perCall, max(1, int(2e8/s.flops())))
 		copies := gemmCopies(s, *inCache)
-		ours, blas, dt, err := gemmPair(cpu, *threads, s.M, s.K, s.N, per, copies, wdt, !s.Conv, *rounds)
+		ours, blas, dt, err := gemmPair(be, *threads, s.M, s.K, s.N, per, copies, wdt, !s.Conv, *rounds)
 		if err != nil {
 			return fmt.Errorf("%s %s %s: %w", s.Model, s.Part, s.Kind, err)
 		}
@@ -492,7 +501,7 @@ func dtypeLabel(d engine.DType) string {
 // step, mostly from memory; one copy stays in cache). rounds < 0 runs -rounds rounds and
 // returns the best of each side instead (a peak: what the machine can do when nothing else
 // runs on it).
-func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall, copies int, dt engine.DType, linear bool, rounds int) (ours, blas time.Duration, used engine.DType, err error) {
+func gemmPair(be engine.Backend, threads, m, k, n, perCall, copies int, dt engine.DType, linear bool, rounds int) (ours, blas time.Duration, used engine.DType, err error) {
 	best := rounds < 0
 	rounds = max(rounds, -rounds)
 	copies = max(copies, 1)
@@ -512,9 +521,12 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall, copies int, dt engine.
 			return 0, 0, used, err
 		}
 		used = engine.Q8_0
-		if cgo.WeightBytes(engine.Q8_0R8, int64(n), int64(k)) > 0 {
+		if cgo.WeightBytes(engine.Q8_0R8, int64(n), int64(k)) > 0 && engine.Accepts(be, engine.Q8_0R8) {
 			used = engine.Q8_0R8 // as models/nn loads a Q8_0 Linear
 		}
+	}
+	if !engine.Accepts(be, used) { // a GPU takes F32 where it has no shader for the encoding
+		used, raw = engine.F32, nil
 	}
 	wbs := make([]*engine.Buffer, copies)
 	defer func() {
@@ -526,9 +538,9 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall, copies int, dt engine.
 	}()
 	for c := range wbs {
 		if raw != nil {
-			wbs[c], err = engine.NewBufferRaw("w", used, raw, int64(n), int64(k))
+			wbs[c], err = engine.UploadRaw(be, "w", used, raw, int64(n), int64(k))
 		} else {
-			wbs[c], err = engine.NewBufferFrom("w", w, int64(n), int64(k))
+			wbs[c], err = engine.Upload(be, "w", w, int64(n), int64(k))
 		}
 		if err != nil {
 			return 0, 0, used, err
@@ -549,7 +561,7 @@ func gemmPair(cpu *engine.CPU, threads, m, k, n, perCall, copies int, dt engine.
 		for i := range perCall {
 			g.Output(fmt.Sprint("y", i), g.Linear(x, g.Persistent(wbs[(pi*perCall+i)%copies]), nil))
 		}
-		if progs[pi], err = cpu.Compile(g); err != nil {
+		if progs[pi], err = be.Compile(g); err != nil {
 			return 0, 0, used, err
 		}
 		xs := progs[pi].Input("x")
