@@ -412,7 +412,7 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 			}
 		}
 		if err != nil {
-			return fail(fmt.Errorf("node %d (%s): %w", i, nd.label, err))
+			return fail(fmt.Errorf("node %d (%s, op %s): %w", i, nd.label, opName(nd.op), err))
 		}
 		srcs := make([]vulkan.Tensor, len(nd.src))
 		for j, s := range nd.src {
