@@ -16,10 +16,10 @@ import (
 // plans a graph like the CPU backend (one arena by liveness, here one device-local
 // allocation; inputs and outputs in host-visible buffers; persistent buffers in device memory,
 // allocated by Alloc) and records every node as a dispatch into one command buffer that Run
-// submits once. Today the ops with shaders are Copy, Concat, the unary and binary ops,
-// Matmul (Linear with F32 weights), LayerNorm, RMSNorm, Softmax, RoPE and Attention, over
-// views of up to 4 axes; a graph with any other op, or a weight in another encoding, is a
-// compile error naming it, so a caller can keep that model on the CPU.
+// submits once, with barriers only where a node depends on an earlier one. Every op of the
+// engine has a shader (this file lowers the first ones; vulkan_*.go the rest), over views of
+// up to 4 axes; weights stay in their file encoding (F32, F16, BF16, Q8_0, Q4_K). What a
+// shader cannot take is a compile error naming the node, its label and op.
 type Vulkan struct {
 	dev *vulkan.Device
 
@@ -187,15 +187,21 @@ func (m vkMem) staging(lo, hi int64) (*vulkan.Buffer, error) {
 	return m.dev.Alloc(int(hi-lo)/4, true)
 }
 
-// Accepts implements EncodingChecker: the shaders read F32 (and I32 positions) only, so model
-// loaders upload other encodings as F32.
-func (v *Vulkan) Accepts(dtype DType) bool { return dtype == F32 || dtype == I32 }
+// Accepts implements EncodingChecker: the shaders read F32 and I32 values and the file
+// encodings F16, BF16, Q8_0 and Q4_K (Linear weights and embedding tables), not the CPU's
+// repacked layouts (Q8_0R8, F32P), which model loaders replace by the file's own.
+func (v *Vulkan) Accepts(dtype DType) bool {
+	switch dtype {
+	case F32, I32, F16, BF16, Q8_0, Q4_K:
+		return true
+	}
+	return false
+}
 
-// Alloc implements Backend: F32 and I32 buffers in device-local memory (the shaders read
-// no other encoding yet).
+// Alloc implements Backend: buffers in device-local memory, in the encodings Accepts names.
 func (v *Vulkan) Alloc(name string, dtype DType, shape ...int64) (*Buffer, error) {
-	if dtype != F32 && dtype != I32 {
-		return nil, fmt.Errorf("engine: buffer %q: %s weights are not on Vulkan yet (F32 only)", name, dtypeName(dtype))
+	if !v.Accepts(dtype) {
+		return nil, fmt.Errorf("engine: buffer %q: %s is the CPU's repacked layout; Vulkan takes F32, F16, BF16, Q8_0 and Q4_K", name, dtypeName(dtype))
 	}
 	return AllocBuffer(func(bytes int64) (Memory, error) {
 		b, err := v.dev.Alloc(int((bytes+3)/4), false)

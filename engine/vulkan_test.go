@@ -121,8 +121,8 @@ func TestVulkanRefuses(t *testing.T) {
 	if _, err := v.Compile(g2); err == nil || !strings.Contains(err.Error(), "host_w") {
 		t.Errorf("a host buffer on Vulkan: %v", err)
 	}
-	if _, err := v.Alloc("q", Q8_0, 4, 32); err == nil || !strings.Contains(err.Error(), "Q8_0") {
-		t.Errorf("a Q8_0 buffer on Vulkan: %v", err)
+	if _, err := v.Alloc("q", Q8_0R8, 8, 32); err == nil || !strings.Contains(err.Error(), "Q8_0R8") {
+		t.Errorf("a Q8_0R8 buffer on Vulkan: %v", err)
 	}
 }
 

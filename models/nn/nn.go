@@ -71,6 +71,8 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 			switch {
 			case engine.Accepts(a, edt):
 				b, err = engine.UploadRaw(a, name, edt, raw, s...)
+			case edt == engine.Q8_0R8 && engine.Accepts(a, engine.Q8_0):
+				b, err = engine.UploadRaw(a, name, engine.Q8_0, raw, s...) // a GPU reads the file's blocks
 			case edt == engine.F32P:
 				b, err = engine.UploadRaw(a, name, engine.F32, raw, s...) // the file's F32 values, unpacked
 			}

@@ -1,0 +1,414 @@
+package vulkan
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/voxpipe/voxpipe/cgo"
+	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/engine/ggufpack"
+)
+
+// lqGarbage fills the bytes around an encoded operand: halves of NaN, int8 of −1, nibbles of
+// 15, so a read outside the operand shows in the result.
+const lqGarbage = 0xff
+
+// lqEncode encodes v ([n, k] row-major) in enc with the engine's encoders (cgo's for Q8_0,
+// F16, BF16; ggufpack's for Q4_K) and returns the bytes and their dequantised values.
+func lqEncode(t *testing.T, v []float32, enc Encoding) ([]byte, []float32) {
+	t.Helper()
+	var raw []byte
+	var gt gguf.DType
+	switch enc {
+	case EncQ4_K:
+		var err error
+		if raw, err = ggufpack.QuantizeQ4_K(v); err != nil {
+			t.Fatal(err)
+		}
+		gt = gguf.Q4_K
+	case EncF32:
+		raw = make([]byte, 4*len(v))
+		for i, f := range v {
+			binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(f))
+		}
+		gt = gguf.F32
+	default:
+		to := map[Encoding]cgo.DType{EncQ8_0: cgo.Q8_0, EncF16: cgo.F16, EncBF16: cgo.BF16}[enc]
+		gt = map[Encoding]gguf.DType{EncQ8_0: gguf.Q8_0, EncF16: gguf.F16, EncBF16: gguf.BF16}[enc]
+		raw = make([]byte, cgo.EncodeBytes(to, len(v)))
+		src := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+		if _, err := cgo.EncodeWeights(raw, src, cgo.F32, to, len(v), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deq := make([]float32, len(v))
+	if err := gguf.Dequantize(deq, raw, gt); err != nil {
+		t.Fatal(err)
+	}
+	return raw, deq
+}
+
+// lqUploadBytes makes a host-visible buffer holding raw from word off, garbage around it,
+// and returns it with raw's [n, k] operand.
+func lqUploadBytes(t *testing.T, d *Device, raw []byte, off int, n, k int64) (*Buffer, Tensor) {
+	t.Helper()
+	b, err := d.Alloc(off+(len(raw)+3)/4+2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Free)
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(b.Float32s()))), 4*b.Len())
+	for i := range mem {
+		mem[i] = lqGarbage
+	}
+	copy(mem[4*off:], raw)
+	return b, Tensor{Buf: b, Off: off, Shape: []int64{n, k}}
+}
+
+// lqAt is a contiguous tensor of shape at value off of b.
+func lqAt(b *Buffer, off int, shape ...int64) Tensor {
+	c := Contiguous(b, shape...)
+	c.Off = off
+	return c
+}
+
+// Encodings match the engine's dtype numbers and row sizes.
+func TestQuantEncodings(t *testing.T) {
+	for _, c := range []struct {
+		e Encoding
+		d cgo.DType
+		k int64
+	}{{EncF32, cgo.F32, 7}, {EncI32, cgo.I32, 7}, {EncQ8_0, cgo.Q8_0, 96}, {EncF16, cgo.F16, 77}, {EncBF16, cgo.BF16, 77}, {EncQ4_K, cgo.Q4_K, 512}} {
+		if Encoding(c.d) != c.e || c.e.RowBytes(c.k) != cgo.RowBytes(c.d, c.k) {
+			t.Errorf("%s: %d, row of %d: %d bytes; cgo %d, %d bytes", c.e, c.e, c.k, c.e.RowBytes(c.k), c.d, cgo.RowBytes(c.d, c.k))
+		}
+	}
+	if EncQ8_0.RowBytes(48) != 0 || EncQ4_K.RowBytes(128) != 0 {
+		t.Error("rows that do not fill blocks have a size")
+	}
+}
+
+// Linear over every encoding against float64 sums of x times the dequantised weights, on odd
+// shapes: M 1, 3, 17 (passes of 8 rows), N 5 and 70 (an odd last pair), K below and above
+// one loop of the workgroup (F16/BF16 also K 77: a tail, halves at 2 mod 4), with and
+// without bias; x, W, bias and y all start mid-buffer (W at a byte that is no multiple of
+// its row size), garbage around W, y's neighbours untouched. Bound: 1e-5·(Σ|x·w| + |b|),
+// fp32 sums in a different order.
+func TestLinearQ(t *testing.T) {
+	d := device(t)
+	rng := rand.New(rand.NewPCG(31, 32))
+	cases := []struct {
+		enc Encoding
+		ks  []int64
+	}{
+		{EncQ8_0, []int64{64, 288, 2080}},
+		{EncF16, []int64{64, 77, 1048}},
+		{EncBF16, []int64{64, 77, 1048}},
+		{EncQ4_K, []int64{256, 512, 4352}},
+	}
+	runs := 0
+	for _, c := range cases {
+		for _, k := range c.ks {
+			for _, n := range []int64{5, 70} {
+				wf := randoms(rng, int(n*k), 0.5)
+				raw, deq := lqEncode(t, wf, c.enc)
+				const woff = 3
+				_, wt := lqUploadBytes(t, d, raw, woff, n, k)
+				if (4*woff)%c.enc.RowBytes(k) == 0 {
+					t.Fatal("W starts on a row boundary")
+				}
+				bias := randoms(rng, int(n), 1)
+				bb := upload(t, d, append(make([]float32, 2), bias...))
+				bt := lqAt(bb, 2, n)
+				for _, m := range []int64{1, 3, 17} {
+					if k > 1100 && m != 3 {
+						continue // large K: one shape suffices (the loop over units)
+					}
+					x := randoms(rng, int(m*k), 1)
+					xb := upload(t, d, append(make([]float32, 5), x...))
+					const sentinel = 12345.5
+					yv := make([]float32, 1+m*n+1)
+					for i := range yv {
+						yv[i] = sentinel
+					}
+					yb := upload(t, d, yv)
+					for _, withBias := range []bool{false, true} {
+						var bp *Tensor
+						if withBias {
+							bp = &bt
+						}
+						xt, yt := lqAt(xb, 5, m, k), lqAt(yb, 1, m, n)
+						if m == 3 { // leading axes: [3, K] as [1, 3, K]
+							xt, yt = lqAt(xb, 5, 1, m, k), lqAt(yb, 1, 1, m, n)
+						}
+						ds, err := LinearQOp(xt, wt, c.enc, bp, yt)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := d.Run(ds); err != nil {
+							t.Fatal(err)
+						}
+						runs++
+						got := yb.Float32s()
+						if got[0] != sentinel || got[len(got)-1] != sentinel {
+							t.Fatalf("%s K=%d N=%d M=%d: y's neighbours changed: %v, %v", c.enc, k, n, m, got[0], got[len(got)-1])
+						}
+						lqCheckLinear(t, c.enc.String(), x, deq, bias, withBias, got[1:1+m*n], m, n, k)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d products", runs)
+}
+
+// lqCheckLinear compares y [m, n] with float64 x·wᵀ (+ bias) within 1e-5·(Σ|x·w| + |b|).
+func lqCheckLinear(t *testing.T, what string, x, w, bias []float32, withBias bool, y []float32, m, n, k int64) {
+	t.Helper()
+	for i := range m {
+		for j := range n {
+			var s, a float64
+			for l := range k {
+				p := float64(x[i*k+l]) * float64(w[j*k+l])
+				s += p
+				a += math.Abs(p)
+			}
+			if withBias {
+				s += float64(bias[j])
+				a += math.Abs(float64(bias[j]))
+			}
+			g := float64(y[i*n+j])
+			if math.IsNaN(g) || math.Abs(g-s) > 1e-5*a {
+				t.Fatalf("%s K=%d N=%d M=%d bias %v: y[%d, %d] = %v, want %v (Σ|x·w| %v)", what, k, n, m, withBias, i, j, g, s, a)
+			}
+		}
+	}
+}
+
+// With the dispatch capped at 2 groups an axis, the shader's loops over W's row pairs and
+// x's passes of 8 rows cover what the groups do not (150 rows: 19 passes in 2 groups).
+func TestLinearQGroupLoops(t *testing.T) {
+	d := device(t)
+	old := lqMaxGroups
+	lqMaxGroups = 2
+	defer func() { lqMaxGroups = old }()
+	rng := rand.New(rand.NewPCG(33, 34))
+	const m, n, k = 150, 11, 96
+	for _, enc := range []Encoding{EncQ8_0, EncF16} {
+		wf := randoms(rng, n*k, 0.5)
+		raw, deq := lqEncode(t, wf, enc)
+		_, wt := lqUploadBytes(t, d, raw, 0, n, k)
+		x := randoms(rng, m*k, 1)
+		xb := upload(t, d, x)
+		yb := upload(t, d, make([]float32, m*n))
+		ds, err := LinearQOp(Contiguous(xb, m, k), wt, enc, nil, Contiguous(yb, m, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ds.groups != [3]uint32{2, 2, 1} {
+			t.Fatalf("groups %v", ds.groups)
+		}
+		if err := d.Run(ds); err != nil {
+			t.Fatal(err)
+		}
+		lqCheckLinear(t, enc.String()+" in 2×2 groups", x, deq, nil, false, yb.Float32s(), m, n, k)
+	}
+}
+
+// Bad operands are errors naming the op and what is wrong.
+func TestLinearQRefuses(t *testing.T) {
+	d := device(t)
+	wb, err := d.Alloc(100, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wb.Free()
+	xb, yb := upload(t, d, make([]float32, 64)), upload(t, d, make([]float32, 64))
+	x, y := Contiguous(xb, 1, 32), Contiguous(yb, 1, 4)
+	w := Tensor{Buf: wb, Shape: []int64{4, 32}}
+	if _, err := LinearQOp(x, w, EncQ8_0, nil, y); err != nil {
+		t.Fatalf("a valid product: %v", err)
+	}
+	short := w
+	short.Off = 70 // 4 rows of 34 bytes need 34 words
+	wide := Tensor{Buf: wb, Shape: []int64{4, 48}}
+	bias := Contiguous(yb, 5)
+	for _, c := range []struct {
+		name string
+		x, w Tensor
+		enc  Encoding
+		bias *Tensor
+		y    Tensor
+		want string
+	}{
+		{"K not in blocks", Contiguous(xb, 1, 48), wide, EncQ8_0, nil, Contiguous(yb, 1, 4), "not a multiple of Q8_0's block of 32"},
+		{"past the buffer", x, short, EncQ8_0, nil, y, "reaches past its buffer"},
+		{"F32 weight", x, w, EncF32, nil, y, "not supported"},
+		{"x's K", Contiguous(xb, 2, 16), w, EncQ8_0, nil, y, "want x [.., 32]"},
+		{"y's N", x, w, EncQ8_0, nil, Contiguous(yb, 1, 5), "want x [.., 32], y [.., 4]"},
+		{"bias size", x, w, EncQ8_0, &bias, y, "bias of shape [5]"},
+		{"strided x", Tensor{Buf: xb, Shape: []int64{1, 32}, Stride: []int64{1, 2}}, w, EncQ8_0, nil, y, "contiguous"},
+		{"y over x", x, w, EncQ8_0, nil, lqAt(xb, 30, 1, 4), "y overlaps x"},
+		{"y over W", x, w, EncQ8_0, nil, lqAt(wb, 3, 1, 4), "y overlaps W"},
+	} {
+		_, err := LinearQOp(c.x, c.w, c.enc, c.bias, c.y)
+		if err == nil || !strings.HasPrefix(err.Error(), "vulkan: linearq: ") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v (want %q)", c.name, err, c.want)
+		}
+	}
+}
+
+// GatherRows from tables in every encoding, indices in any order and repeated, some out of
+// range (rows of zeros), the table mid-buffer among garbage: every value bit for bit what
+// the engine's dequantiser gives (F32 and I32 copied).
+func TestGatherRowsQuant(t *testing.T) {
+	d := device(t)
+	rng := rand.New(rand.NewPCG(35, 36))
+	const n = 9
+	idx := []int32{8, 0, 3, 3, -1, 7, 1, 9, 8, 2}
+	ib := upload(t, d, make([]float32, 1+len(idx)))
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(ib.Float32s()))), ib.Len())[1:], idx)
+	it := lqAt(ib, 1, int64(len(idx)))
+	for _, c := range []struct {
+		enc Encoding
+		d   int64
+	}{{EncF32, 37}, {EncI32, 37}, {EncQ8_0, 96}, {EncF16, 37}, {EncBF16, 37}, {EncQ4_K, 512}} {
+		v := randoms(rng, int(n*c.d), 0.7)
+		enc := c.enc
+		if enc == EncI32 {
+			enc = EncF32 // the same bits
+		}
+		raw, deq := lqEncode(t, v, enc)
+		off := 3
+		tb, tt := lqUploadBytes(t, d, raw, off, n, c.d)
+		if c.enc == EncF32 || c.enc == EncI32 {
+			tt = lqAt(tb, off, n, c.d)
+		}
+		yb := upload(t, d, make([]float32, 2+len(idx)*int(c.d)))
+		ds, err := GatherRowsOp(tt, c.enc, it, lqAt(yb, 2, int64(len(idx)), c.d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Run(ds); err != nil {
+			t.Fatal(err)
+		}
+		got := yb.Float32s()[2:]
+		for i, r := range idx {
+			for j := range c.d {
+				want := float32(0)
+				if r >= 0 && r < n {
+					want = deq[int64(r)*c.d+j]
+				}
+				if g := got[int64(i)*c.d+j]; math.Float32bits(g) != math.Float32bits(want) {
+					t.Fatalf("%s: y[%d, %d] (row %d) = %v, want %v", c.enc, i, j, r, g, want)
+				}
+			}
+		}
+	}
+}
+
+// Bad gathers are errors naming the op.
+func TestGatherRefuses(t *testing.T) {
+	d := device(t)
+	tb, ib, yb := upload(t, d, make([]float32, 64)), upload(t, d, make([]float32, 4)), upload(t, d, make([]float32, 256))
+	q := Tensor{Buf: tb, Shape: []int64{4, 32}}
+	for _, c := range []struct {
+		name   string
+		table  Tensor
+		enc    Encoding
+		idx, y Tensor
+		want   string
+	}{
+		{"Q4_K row of 32", q, EncQ4_K, Contiguous(ib, 4), Contiguous(yb, 4, 32), "not a multiple of Q4_K's block of 256"},
+		{"past the buffer", Tensor{Buf: tb, Off: 40, Shape: []int64{4, 32}}, EncQ8_0, Contiguous(ib, 4), Contiguous(yb, 4, 32), "reaches past"},
+		{"y's width", q, EncQ8_0, Contiguous(ib, 4), Contiguous(yb, 4, 16), "want [4, 32]"},
+		{"y over the table", Contiguous(tb, 4, 8), EncF32, Contiguous(ib, 2), lqAt(tb, 8, 2, 8), "y overlaps table"},
+		{"strided F32 table", Tensor{Buf: tb, Shape: []int64{4, 8}, Stride: []int64{1, 4}}, EncF32, Contiguous(ib, 4), Contiguous(yb, 4, 8), "contiguous"},
+		{"unknown", q, Encoding(4), Contiguous(ib, 4), Contiguous(yb, 4, 32), "not supported"},
+	} {
+		_, err := GatherRowsOp(c.table, c.enc, c.idx, c.y)
+		if err == nil || !strings.HasPrefix(err.Error(), "vulkan: gather: ") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v (want %q)", c.name, err, c.want)
+		}
+	}
+}
+
+// Decode-shaped products (x rows 1 and 16, W 4096×4096 in device memory) per encoding; the
+// bytes are W's, so MB/s is the weight bandwidth a token step gets.
+func BenchmarkLinearQ(b *testing.B) {
+	devs, err := Devices()
+	if err != nil || len(devs) == 0 {
+		b.Skip("no Vulkan device")
+	}
+	d, err := Open(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	const n, k = 4096, 4096
+	rng := rand.New(rand.NewPCG(1, 1))
+	wf := randoms(rng, n*k, 0.5)
+	for _, enc := range []Encoding{EncQ8_0, EncF16, EncBF16, EncQ4_K} {
+		var raw []byte
+		switch enc {
+		case EncQ4_K:
+			raw, err = ggufpack.QuantizeQ4_K(wf)
+		default:
+			to := map[Encoding]cgo.DType{EncQ8_0: cgo.Q8_0, EncF16: cgo.F16, EncBF16: cgo.BF16}[enc]
+			raw = make([]byte, cgo.EncodeBytes(to, len(wf)))
+			_, err = cgo.EncodeWeights(raw, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(wf))), 4*len(wf)), cgo.F32, to, len(wf), 4)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		words := (len(raw) + 3) / 4
+		st, err := d.Alloc(words, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st.Float32s()))), 4*words), raw)
+		wb, err := d.Alloc(words, false)
+		if err == nil {
+			err = st.CopyTo(wb, words)
+		}
+		st.Free()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range []int64{1, 16} {
+			b.Run(enc.String()+"/M="+strconv.Itoa(int(m)), func(b *testing.B) {
+				xb, err := d.Alloc(int(m*k), false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer xb.Free()
+				yb, err := d.Alloc(int(m*n), false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer yb.Free()
+				ds, err := LinearQOp(Contiguous(xb, m, k), Tensor{Buf: wb, Shape: []int64{n, k}}, enc, nil, Contiguous(yb, m, n))
+				if err != nil {
+					b.Fatal(err)
+				}
+				p, err := d.NewProgram([]Dispatch{ds})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close()
+				b.SetBytes(int64(len(raw)))
+				for b.Loop() {
+					if err := p.Run(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		wb.Free()
+	}
+}
