@@ -472,23 +472,37 @@ func (p *vulkanProgram) Run() error {
 	return nil
 }
 
-// ropeTable is the cos/sin table of a RoPE node: filled before each run from the positions
-// when they are a graph input (as the CPU backend computes them, in double precision).
-// Positions computed inside the graph are not supported yet.
+// ropeTable is the cos/sin table of a RoPE node, computed on the host as the CPU backend
+// computes it (in double precision): before each run from positions that are a graph input,
+// once at compile time from positions in a persistent buffer (a model's constant 0…T−1).
+// Positions computed inside the graph are refused.
 func (p *vulkanProgram) ropeTable(dev *vulkan.Device, g *Graph, pl *plan, posID int, theta float64, rot int) (vulkan.Tensor, error) {
 	pos := &g.tensors[pl.root[posID]]
-	if pos.kind != kindInput {
-		return vulkan.Tensor{}, fmt.Errorf("RoPE positions must be a graph input on Vulkan (they are computed in the graph)")
-	}
-	in := p.io[pos.name]
 	view := &g.tensors[posID]
 	T := int(numel(view.shape))
+	off := int(view.offset)
+	if pos.kind == kindPersistent {
+		ids := make([]int32, T)
+		if err := pos.persist.Read(int64(4*off), unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(ids))), 4*T)); err != nil {
+			return vulkan.Tensor{}, fmt.Errorf("RoPE positions %q: %w", pos.persist.name, err)
+		}
+		cs, err := dev.Alloc(T*rot, true)
+		if err != nil {
+			return vulkan.Tensor{}, err
+		}
+		p.consts = append(p.consts, cs)
+		vulkan.RopeTable(cs.Float32s(), ids, theta, rot)
+		return vulkan.Contiguous(cs, int64(T*rot)), nil
+	}
+	if pos.kind != kindInput {
+		return vulkan.Tensor{}, fmt.Errorf("RoPE positions must be a graph input or a persistent buffer on Vulkan (they are computed in the graph)")
+	}
+	in := p.io[pos.name]
 	cs, err := dev.Alloc(T*rot, true)
 	if err != nil {
 		return vulkan.Tensor{}, err
 	}
 	p.consts = append(p.consts, cs)
-	off := int(view.offset)
 	p.prerun = append(p.prerun, func() {
 		f := in.Float32s()
 		ids := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(f))), len(f))
