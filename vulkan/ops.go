@@ -274,12 +274,21 @@ func MatmulOp(a, b Tensor, bias *Tensor, y Tensor, bT bool) (Dispatch, error) {
 		uint32(b.Off), bb0, bb1, uint32(bk), uint32(bn),
 		uint32(y.Off), yb0, yb1, uint32(y.Stride[r-2]), uint32(y.Stride[r-1]),
 		biasOff, has}
-	groups := [3]uint32{uint32((n + 15) / 16), uint32((m + 15) / 16), uint32(nb0 * nb1)}
+	shader, tile := "matmul", int64(16)
+	if m >= tiledMatmulRows && n >= tiledMatmulRows {
+		shader, tile = "matmul_tiled", 64
+	}
+	groups := [3]uint32{uint32((n + tile - 1) / tile), uint32((m + tile - 1) / tile), uint32(nb0 * nb1)}
 	if groups[0] > 65535 || groups[1] > 65535 || groups[2] > 65535 {
 		return Dispatch{}, fmt.Errorf("vulkan: matmul %v too large for one dispatch", y.Shape)
 	}
-	return Dispatch{op: "matmul", shader: "matmul", nbuf: 4, bufs: []*Buffer{a.Buf, b.Buf, biasBuf, y.Buf}, push: push, groups: groups}, nil
+	return Dispatch{op: "matmul", shader: shader, nbuf: 4, bufs: []*Buffer{a.Buf, b.Buf, biasBuf, y.Buf}, push: push, groups: groups}, nil
 }
+
+// tiledMatmulRows is the smallest M and N that take the 64×64-tile kernel: smaller products
+// (a DiT step's 16 rows, a decode step's one) keep 16×16 tiles, which give a GPU more
+// workgroups and waste no work on empty rows.
+var tiledMatmulRows int64 = 64
 
 // Run runs one dispatch at once (a program of one) and waits for it.
 func (d *Device) Run(ds Dispatch) error {

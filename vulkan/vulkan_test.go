@@ -261,16 +261,26 @@ func matmulRef(a, b, bias []float32, batch, m, n, k int, bT, bBatch bool) (y, ma
 	return y, mag
 }
 
-// Matmul against float64 on odd shapes (not multiples of the 16×16 tiles): plain, Bᵀ (a
-// Linear), a batch with b broadcast (stride 0), with and without bias; bound 1e-5·Σ|terms|.
+// Matmul against float64 on odd shapes (not multiples of the 16×16 or 64×64 tiles): plain,
+// Bᵀ (a Linear), a batch with b broadcast (stride 0), with and without bias; bound
+// 1e-5·Σ|terms|. The 64×64-tile kernel runs the large shapes, then every shape.
 func TestMatmul(t *testing.T) {
 	d := device(t)
 	rng := rand.New(rand.NewPCG(7, 8))
+	defer func(r int64) { tiledMatmulRows = r }(tiledMatmulRows)
+	for _, thr := range []int64{tiledMatmulRows, 1} {
+		tiledMatmulRows = thr
+		testMatmul(t, d, rng)
+	}
+}
+
+func testMatmul(t *testing.T, d *Device, rng *rand.Rand) {
 	for _, s := range []struct {
 		batch, m, n, k int
 		bT, bBatch     bool
 	}{{1, 1, 1, 1, true, false}, {1, 1, 7, 5, false, false}, {1, 3, 80, 64, true, false}, {1, 16, 512, 256, true, false},
-		{1, 17, 33, 129, false, false}, {3, 58, 100, 30, true, false}, {2, 19, 21, 64, false, true}, {4, 5, 9, 16, true, true}} {
+		{1, 17, 33, 129, false, false}, {3, 58, 100, 30, true, false}, {2, 19, 21, 64, false, true}, {4, 5, 9, 16, true, true},
+		{1, 130, 77, 70, true, false}, {2, 65, 129, 33, false, true}, {1, 200, 300, 100, false, false}, {3, 64, 64, 17, true, false}} {
 		for _, withBias := range []bool{false, true} {
 			nbB := 1
 			if s.bBatch {

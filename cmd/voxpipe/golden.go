@@ -41,6 +41,7 @@ func runGolden(args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", golden.Root(), "golden root holding FAMILY/model.gguf and FAMILY/cases.gguf")
 	threads := fs.Int("threads", min(runtime.NumCPU(), 4), "engine threads")
 	backend := fs.String("backend", "cpu", "where the model runs: "+engine.BackendUsage)
+	profile := fs.Bool("profile", false, "print where the run spends its time, by kind of op and by op and shapes (to stderr)")
 	model := fs.String("model", "", "check this model file instead of FAMILY/model.gguf (an imported or re-encoded copy)")
 	minTol := fs.Float64("min-tol", 0, "raise every stage's relative tolerance to at least this (a quantised model's stated error, e.g. 0.05)")
 	if _, err := parseInterleaved(fs, args); err != nil {
@@ -73,8 +74,14 @@ func runGolden(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, note)
 	}
 	fmt.Fprintf(stdout, "%s on %s\n", *family, be.Name())
+	prof, err := newProfiler(*profile, be, stderr)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
+	prof.start()
 	err = check(r, be)
+	prof.stop("golden " + *family)
 	stages := r.Finish()
 	failed := 0
 	for _, s := range stages {
