@@ -26,16 +26,20 @@ func TestLoopbackMeanVC2(t *testing.T) {
 	cpu := func() (engine.Backend, error) { return engine.NewCPU(2) }
 	// Both published variants: 120 ms + 40 ms, and 40 ms + 40 ms (lower latency).
 	for _, folder := range []string{"meanvc2", "meanvc2_40ms"} {
-		t.Run(folder, func(t *testing.T) { testLoopbackMeanVC2(t, folder, cpu) })
+		t.Run(folder, func(t *testing.T) { testLoopbackMeanVC2(t, folder, cpu, 80*time.Millisecond) })
 	}
-	// And once with the model on Vulkan (lavapipe in CI).
+	// And once with the model on Vulkan. CI's device is lavapipe, which runs the shaders on
+	// the CPU many times slower than a GPU (or the CPU backend): the early chunks' compute
+	// delays the playout by up to ~200 ms more, which the latency bound allows there.
 	t.Run("meanvc2/vulkan", func(t *testing.T) {
 		vulkantest.Require(t)
-		testLoopbackMeanVC2(t, "meanvc2", func() (engine.Backend, error) { return engine.NewVulkan(0) })
+		testLoopbackMeanVC2(t, "meanvc2", func() (engine.Backend, error) { return engine.NewVulkan(0) }, 300*time.Millisecond)
 	})
 }
 
-func testLoopbackMeanVC2(t *testing.T, folder string, newBackend func() (engine.Backend, error)) {
+// testLoopbackMeanVC2 runs the test on a backend; slack is how far above the algorithmic
+// latency the measured one may be (compute and scheduling on the machine).
+func testLoopbackMeanVC2(t *testing.T, folder string, newBackend func() (engine.Backend, error), slack time.Duration) {
 	path := golden.Path(t, folder, "model.gguf")
 	be, err := newBackend()
 	if err != nil {
@@ -131,10 +135,10 @@ func testLoopbackMeanVC2(t *testing.T, folder string, newBackend func() (engine.
 		m.Config.Runtime.Model, ms(measured), ms(heard.Sub(captured)), ms(modelLatency), ms(givenUp), ms(alg), last.Latency.Server, last)
 	// Loopback, Opus and the 20 ms clocks add a little; the designed part must account for
 	// the rest.
-	if measured < alg-20*time.Millisecond || measured > alg+80*time.Millisecond {
+	if measured < alg-20*time.Millisecond || measured > alg+slack {
 		t.Errorf("measured latency %.1f ms, algorithmic %.1f ms", ms(measured), ms(alg))
 	}
-	if last.Voice != "meanvc2" || last.Latency.Server < ms(alg)-60 || last.Latency.Server > ms(alg)+80 {
+	if last.Voice != "meanvc2" || last.Latency.Server < ms(alg)-60 || last.Latency.Server > ms(alg+slack) {
 		t.Errorf("stats: voice %q, server latency %.1f ms vs algorithmic %.1f ms", last.Voice, last.Latency.Server, ms(alg))
 	}
 

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/voxpipe/voxpipe/internal/golden"
+	"github.com/voxpipe/voxpipe/internal/vulkantest"
 )
 
 // bench meanvc2 runs on the tiny golden models (120 ms and 40 ms) and reports every figure,
@@ -130,5 +133,41 @@ func checkRTFTotal(t *testing.T, res map[string]any) {
 		if got := res[q.field].(float64); got != nearestRank(times, q.q) {
 			t.Errorf("%s %v, want %v from the recorded times", q.field, got, nearestRank(times, q.q))
 		}
+	}
+}
+
+// The benches run on Vulkan (lavapipe in CI: its speed is a CPU's, so only that they run and
+// report the device's memory and per-op device times is checked), with a part kept on the CPU.
+func TestBenchOnVulkan(t *testing.T) {
+	vulkantest.Require(t)
+	model := golden.Path(t, "meanvc2", "model.gguf")
+	stdout, stderr, code := runCmd(t, "bench", "meanvc2", "--model", model, "--seconds", "1", "--ref-seconds", "1",
+		"--backend", "vulkan", "--vocoder-backend", "cpu", "--profile", "--json")
+	if code != 0 {
+		t.Fatalf("bench meanvc2 on Vulkan: exit %d: %s", code, stderr)
+	}
+	var vc meanvc2Bench
+	if err := json.Unmarshal([]byte(stdout), &vc); err != nil {
+		t.Fatalf("%v: %q", err, stdout)
+	}
+	if !strings.HasPrefix(vc.Backend, "vulkan:") || !strings.HasPrefix(vc.VocoderBackend, "cpu") || vc.DeviceMB <= 0 || vc.DevicePeakMB < vc.DeviceMB || !(vc.RTFTotal > 0) {
+		t.Errorf("backend %q, vocoder %q, device %v MB (peak %v), rtf_total %v", vc.Backend, vc.VocoderBackend, vc.DeviceMB, vc.DevicePeakMB, vc.RTFTotal)
+	}
+	if !strings.Contains(stderr, "profile of") || !strings.Contains(stderr, "Matmul") {
+		t.Errorf("no device profile on stderr:\n%s", stderr)
+	}
+
+	lm, codec := golden.Path(t, "miotts", "model.gguf"), golden.Path(t, "miocodec", "model.gguf")
+	stdout, stderr, code = runCmd(t, "bench", "miotts", "--model", lm, "--codec", codec, "--prefill-tokens", "8", "--steps", "10",
+		"--codec-tokens", "8", "--ref-seconds", "3", "--tts-tokens", "8", "--backend", "vulkan", "--codec-backend", "cpu", "--json")
+	if code != 0 {
+		t.Fatalf("bench miotts on Vulkan: exit %d: %s", code, stderr)
+	}
+	var tts miottsBench
+	if err := json.Unmarshal([]byte(stdout), &tts); err != nil {
+		t.Fatalf("%v: %q", err, stdout)
+	}
+	if !strings.HasPrefix(tts.Backend, "vulkan:") || !strings.HasPrefix(tts.CodecBackend, "cpu") || tts.DeviceMB <= 0 || !(tts.DecodeTokensPerS > 0) {
+		t.Errorf("backend %q, codec %q, device %v MB, %v tokens/s", tts.Backend, tts.CodecBackend, tts.DeviceMB, tts.DecodeTokensPerS)
 	}
 }
