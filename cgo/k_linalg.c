@@ -691,7 +691,9 @@ int vx_k_conv1d(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	int64_t ld;
 	j.pointwise = j.K == 1 && j.stride == 1 && j.padl == 0 &&
 	              blas_layout(j.cig, j.Tout, j.sxc, j.sxt, &tr, &ld) && !tr;
-	split_gemm(j.cog, j.Tout, blocks_wanted(nt, B * j.G, flops), &j.mb, &j.tb);
+	/* Blocks follow one batch element's work, not the batch's: a block's GEMM path depends on
+	 * its size, so an element batched across streams then gets the bits it gets alone. */
+	split_gemm(j.cog, j.Tout, blocks_wanted(nt, j.G, flops / (double)B), &j.mb, &j.tb);
 	if (!j.pointwise) {
 		/* keep the im2col block within ~1 MiB, but at least 64 columns */
 		int64_t cap = imax(64, (1 << 18) / rows);
@@ -841,7 +843,8 @@ int vx_k_conv2d(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	int64_t rows = j.cig * j.KH * j.KW;
 	int nt = vx_ctx_threads(ctx);
 	double flops = 2.0 * (double)B * (double)Cout * (double)P * (double)rows;
-	split_gemm(j.cog, P, blocks_wanted(nt, B * j.G, flops), &j.mb, &j.pb);
+	/* Blocks follow one batch element's work (see conv1d). */
+	split_gemm(j.cog, P, blocks_wanted(nt, j.G, flops / (double)B), &j.mb, &j.pb);
 	int64_t cap = imax(64, (1 << 18) / imax(rows, 1));
 	if (j.pb > cap)
 		j.pb = cap;
@@ -1005,7 +1008,7 @@ int vx_k_conv_transpose1d(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) 
 	}
 	int nt = vx_ctx_threads(ctx);
 	double flops = 2.0 * (double)B * (double)Cin * (double)j.cog * (double)j.K * (double)j.T;
-	int64_t want = blocks_wanted(nt, B * j.G, flops);
+	int64_t want = blocks_wanted(nt, j.G, flops / (double)B); /* per batch element (see conv1d) */
 	j.cb = cdiv(j.cog, imin(want, j.cog));
 	j.n_cb = cdiv(j.cog, j.cb);
 	/* keep the column buffer around 1 MiB */
