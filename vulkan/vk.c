@@ -87,6 +87,7 @@ static const char *vkres(VkResult r) {
 	X(vkCmdPushConstants)                                                                                          \
 	X(vkCmdDispatch)                                                                                               \
 	X(vkCmdCopyBuffer)                                                                                             \
+	X(vkCmdFillBuffer)                                                                                             \
 	X(vkCmdPipelineBarrier)                                                                                        \
 	X(vkFreeCommandBuffers)                                                                                        \
 	X(vkQueueSubmit)                                                                                               \
@@ -192,6 +193,7 @@ int vxk_info(int i, vxk_devinfo *out) {
 	out->device = p2.properties.deviceID;
 	out->api = p2.properties.apiVersion;
 	out->subgroup = sub.subgroupSize;
+	out->max_buffer = p2.properties.limits.maxStorageBufferRange;
 	VkPhysicalDeviceShaderFloat16Int8Features f16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
 	VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {
 	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
@@ -319,6 +321,8 @@ static int memory_type(vxk_dev *d, uint32_t bits, VkMemoryPropertyFlags want) {
 	return -1;
 }
 
+static int fill_zero(vxk_dev *d, VkBuffer buf, char *err);
+
 int vxk_alloc(vxk_dev *d, uint64_t size, int host, vxk_buf *out, char *err) {
 	memset(out, 0, sizeof *out);
 	if (size == 0)
@@ -358,6 +362,15 @@ int vxk_alloc(vxk_dev *d, uint64_t size, int host, vxk_buf *out, char *err) {
 		d->f.vkDestroyBuffer(d->dev, buf, NULL);
 		d->f.vkFreeMemory(d->dev, mem, NULL);
 		fail(err, "binding or mapping a buffer: %s (%d)", vkres(r), r);
+		return -1;
+	}
+	/* New buffers read as zeros, as the CPU backend's do: a cache's unwritten rows (masked out,
+	 * yet multiplied by a zero weight) must not hold a freed buffer's NaNs. */
+	if (host) {
+		memset(map, 0, size);
+	} else if (fill_zero(d, buf, err)) {
+		d->f.vkDestroyBuffer(d->dev, buf, NULL);
+		d->f.vkFreeMemory(d->dev, mem, NULL);
 		return -1;
 	}
 	out->buf = (uint64_t)(uintptr_t)buf;
@@ -411,6 +424,17 @@ static int begin(vxk_dev *d, char *err) {
 		return -1;
 	}
 	return 0;
+}
+
+static int fill_zero(vxk_dev *d, VkBuffer buf, char *err) {
+	pthread_mutex_lock(&d->mu);
+	int rc = begin(d, err);
+	if (rc == 0) {
+		d->f.vkCmdFillBuffer(d->cmd, buf, 0, VK_WHOLE_SIZE, 0);
+		rc = submit(d, err);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return rc;
 }
 
 int vxk_copy(vxk_dev *d, vxk_buf *src, uint64_t src_off, vxk_buf *dst, uint64_t dst_off, uint64_t size, char *err) {

@@ -18,6 +18,7 @@ typedef struct {
 	uint32_t subgroup;     /* subgroup size (0: unknown) */
 	int fp16, int8;        /* shaderFloat16, shaderInt8 */
 	int int8_dot;          /* shaderIntegerDotProduct (Vulkan 1.3) */
+	uint64_t max_buffer;   /* maxStorageBufferRange: the most bytes a shader's buffer may hold */
 } vxk_devinfo;
 
 /* Opens the loader and creates the instance (once); 0 or -1 with a message in err. */

@@ -83,7 +83,8 @@ type DeviceInfo struct {
 	APIVersion        string
 	DeviceLocalBytes  uint64 // the largest device-local memory heap
 	SubgroupSize      int
-	FP16, Int8, DotI8 bool // shaderFloat16, shaderInt8, shaderIntegerDotProduct
+	FP16, Int8, DotI8 bool   // shaderFloat16, shaderInt8, shaderIntegerDotProduct
+	MaxBufferBytes    uint64 // maxStorageBufferRange: the largest buffer a shader may bind
 }
 
 // Devices lists the Vulkan devices (none, with the reason, when Vulkan is unavailable).
@@ -102,7 +103,7 @@ func Devices() ([]DeviceInfo, error) {
 			VendorID: uint32(in.vendor), ID: uint32(in.device),
 			APIVersion:       fmt.Sprintf("%d.%d.%d", api>>22&0x7f, api>>12&0x3ff, api&0xfff),
 			DeviceLocalBytes: uint64(in.device_local), SubgroupSize: int(in.subgroup),
-			FP16: in.fp16 != 0, Int8: in.int8 != 0, DotI8: in.int8_dot != 0})
+			FP16: in.fp16 != 0, Int8: in.int8 != 0, DotI8: in.int8_dot != 0, MaxBufferBytes: uint64(in.max_buffer)})
 	}
 	return out, nil
 }
@@ -193,6 +194,10 @@ type Buffer struct {
 func (d *Device) Alloc(n int, host bool) (*Buffer, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("vulkan: buffer of %d values", n)
+	}
+	if m := d.Info.MaxBufferBytes; m > 0 && uint64(4*n) > m {
+		// Shaders bind whole buffers: a larger one could not be read by any of them.
+		return nil, fmt.Errorf("vulkan: buffer of %d bytes on %s, whose shaders bind at most %d (maxStorageBufferRange)", 4*n, d.Info.Name, m)
 	}
 	e := errBuf()
 	defer C.free(unsafe.Pointer(e))
