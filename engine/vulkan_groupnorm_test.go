@@ -1,59 +1,24 @@
 package engine
 
 import (
-	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 )
 
-// gnCompare compiles build's graph on the CPU and on Vulkan, fills every input alike (normal
-// values plus 3 for names starting with "x": a mean far from 0) and checks every output
-// within tol·max(1, |cpu|).
+// gnCompare is compareBackends with every input normal, plus a mean of 3 for names starting
+// with "x" (statistics far from 0).
 func gnCompare(t *testing.T, v *Vulkan, build func(b Backend, g *Graph) func(), outs []string, tol float64) {
 	t.Helper()
-	cpu, err := NewCPU(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
-	var progs []Program
-	for _, b := range []Backend{cpu, v} {
-		g := NewGraph("groupnorm")
-		free := build(b, g)
-		defer free()
-		p, err := b.Compile(g)
-		if err != nil {
-			t.Fatalf("%s: %v", b.Name(), err)
-		}
-		defer p.Close()
-		for name := range g.inputs {
-			rng := rand.New(rand.NewPCG(7, uint64(len(name))))
-			f := p.Input(name)
-			for i := range f {
-				f[i] = float32(rng.NormFloat64())
-				if strings.HasPrefix(name, "x") {
-					f[i] = 2*f[i] + 3
-				}
+	compareBackends(t, v, build, func(name string, f []float32, _ []int32) {
+		rng := rand.New(rand.NewPCG(7, uint64(len(name))))
+		for i := range f {
+			f[i] = float32(rng.NormFloat64())
+			if strings.HasPrefix(name, "x") {
+				f[i] = 2*f[i] + 3
 			}
 		}
-		if err := p.Run(); err != nil {
-			t.Fatalf("%s: %v", b.Name(), err)
-		}
-		progs = append(progs, p)
-	}
-	for _, o := range outs {
-		want, got := progs[0].Output(o), progs[1].Output(o)
-		if len(want) == 0 || len(got) != len(want) {
-			t.Fatalf("%s: %d values on Vulkan, %d on the CPU", o, len(got), len(want))
-		}
-		for i := range want {
-			w, g := float64(want[i]), float64(got[i])
-			if math.IsNaN(g) || math.Abs(g-w) > tol*math.Max(1, math.Abs(w)) {
-				t.Fatalf("%s[%d] = %v on Vulkan, %v on the CPU", o, i, g, w)
-			}
-		}
-	}
+	}, outs, tol)
 }
 
 // gnParams uploads n values c·0.1 + off (c = 0..n−1, sign-alternating) as a persistent buffer.
