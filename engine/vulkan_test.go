@@ -216,18 +216,20 @@ func TestVulkanNormsAndSoftmax(t *testing.T) {
 // An attention block as the models build it: RoPE on q and k (both pair layouts, positions
 // in the thousands), k and v concatenated after a cache along time, grouped-query attention
 // with a mask (−∞ entries, one query row masked out) and a per-head bias, through strided
-// views (permuted heads).
+// views (permuted heads); with a short cache (one block of keys) and a long one (three
+// blocks, one row's first block masked out entirely).
 func TestVulkanAttentionBlock(t *testing.T) {
 	v := vulkanBackend(t)
-	const H, Hk, Tq, Tc, D = 4, 2, 9, 5, 32
-	Tk := int64(Tc + Tq)
-	for _, mode := range []int{RoPEInterleaved, RoPEHalf} {
+	const H, Hk, Tq, D = 4, 2, 9, 32
+	for _, c := range []struct{ Tc, mode int }{{5, RoPEInterleaved}, {5, RoPEHalf}, {150, RoPEHalf}} {
+		Tc, mode := int64(c.Tc), c.mode
+		Tk := Tc + Tq
 		fill := func(name string, f []float32, p []int32) {
 			randomFill(uint64(5+mode))(name, f, p)
 			switch name {
 			case "qpos":
 				for i := range p {
-					p[i] = int32(3000 + Tc + i)
+					p[i] = int32(3000 + int(Tc) + i)
 				}
 			case "kpos":
 				for i := range p {
@@ -235,7 +237,8 @@ func TestVulkanAttentionBlock(t *testing.T) {
 				}
 			case "mask":
 				for j := range f {
-					if j%int(Tk) > Tc+j/int(Tk) || j/int(Tk) == 4 {
+					row, key := j/int(Tk), j%int(Tk)
+					if key > int(Tc)+row || row == 4 || row == 2 && key < 70 {
 						f[j] = float32(math.Inf(-1))
 					}
 				}
