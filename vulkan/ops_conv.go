@@ -136,13 +136,17 @@ func Conv1DOp(x, w Tensor, bias *Tensor, y Tensor, stride, padL, padR, dil, grou
 	if err != nil {
 		return Dispatch{}, err
 	}
-	n := B * Cout * Tout
+	cb := int64(1) // output channels an invocation sums: 4 when they never straddle a group
+	if cog%4 == 0 {
+		cb = 4
+	}
+	n := B * (Cout / cb) * Tout
 	push := []uint32{uint32(n), uint32(Cout), uint32(Tout), uint32(T),
 		uint32(cig), uint32(cog), uint32(K), uint32(stride), uint32(padL), uint32(dil),
 		uint32(x.Off), uint32(x.Stride[0]), uint32(x.Stride[1]), uint32(x.Stride[2]),
 		uint32(w.Off), uint32(w.Stride[0]), uint32(w.Stride[1]), uint32(w.Stride[2]),
 		boff, bs, has,
-		uint32(y.Off), uint32(y.Stride[0]), uint32(y.Stride[1]), uint32(y.Stride[2])}
+		uint32(y.Off), uint32(y.Stride[0]), uint32(y.Stride[1]), uint32(y.Stride[2]), uint32(cb)}
 	return convDispatch(op, "conv1d", n, x, w, biasBuf, y, push)
 }
 
