@@ -116,6 +116,10 @@ type sessionLevel struct {
 	// Realtime: under 1 % of the chunks late. (A busy model batches more, so a level near
 	// full use can still keep up; ModelBusy says how close it is.)
 	Realtime bool `json:"realtime"`
+	// DeviceSessionMB is the GPU memory a session added at this level: (the most held while
+	// the level ran − before it) ÷ sessions (a session's caches are host memory: what grows is
+	// the programs for a new batch size); 0 on the CPU.
+	DeviceSessionMB float64 `json:"device_session_mb,omitempty"`
 }
 
 func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
@@ -253,7 +257,12 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, n := range levels {
 		logf("%d concurrent session(s) at real-time pace for %.0f s…\n", n, *seconds)
+		before, _ := deviceMB(be, voc)
+		sampled := sampleDeviceMB(be, voc)
 		lv, err := pacedSessions(m, n, *seconds)
+		if most := sampled(); most > 0 {
+			lv.DeviceSessionMB = max(0, most-before) / float64(n)
+		}
 		if err != nil {
 			return err
 		}
@@ -295,6 +304,9 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	for _, lv := range res.Sessions {
 		fmt.Fprintf(stdout, "  %d session(s): late %d of %d (%.2f%%), arrival→done p50 %.1f ms, p90 %.1f ms, rtf under load %.3f (mean %.3f), model busy %.0f%% (unbatched it would be %.0f%%), mean batch %.2f ASR windows / %.2f steps, real time: %v\n",
 			lv.Sessions, lv.Late, lv.Chunks, lv.LatePct, lv.ChunkP50, lv.ChunkP90, lv.RTFLoaded, lv.RTFMeanLoaded, 100*lv.ModelBusy, 100*lv.SessionsXRTF, lv.MeanASRBatch, lv.MeanStepBatch, lv.Realtime)
+		if lv.DeviceSessionMB > 0 {
+			fmt.Fprintf(stdout, "    device_session_mb %.2f (GPU memory a session added)\n", lv.DeviceSessionMB)
+		}
 	}
 	if len(levels) > 0 {
 		fmt.Fprintf(stdout, "  max_realtime_sessions %d\n", *res.MaxRealtimeSessions)

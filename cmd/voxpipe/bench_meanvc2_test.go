@@ -142,7 +142,7 @@ func TestBenchOnVulkan(t *testing.T) {
 	vulkantest.Require(t)
 	model := golden.Path(t, "meanvc2", "model.gguf")
 	stdout, stderr, code := runCmd(t, "bench", "meanvc2", "--model", model, "--seconds", "1", "--ref-seconds", "1",
-		"--backend", "vulkan", "--vocoder-backend", "cpu", "--profile", "--json")
+		"--backend", "vulkan", "--vocoder-backend", "cpu", "--sessions", "1,2", "--profile", "--json")
 	if code != 0 {
 		t.Fatalf("bench meanvc2 on Vulkan: exit %d: %s", code, stderr)
 	}
@@ -153,13 +153,16 @@ func TestBenchOnVulkan(t *testing.T) {
 	if !strings.HasPrefix(vc.Backend, "vulkan:") || !strings.HasPrefix(vc.VocoderBackend, "cpu") || vc.DeviceMB <= 0 || vc.DevicePeakMB < vc.DeviceMB || !(vc.RTFTotal > 0) {
 		t.Errorf("backend %q, vocoder %q, device %v MB (peak %v), rtf_total %v", vc.Backend, vc.VocoderBackend, vc.DeviceMB, vc.DevicePeakMB, vc.RTFTotal)
 	}
+	if len(vc.Sessions) != 2 {
+		t.Errorf("session levels %+v", vc.Sessions)
+	}
 	if !strings.Contains(stderr, "profile of") || !strings.Contains(stderr, "Matmul") {
 		t.Errorf("no device profile on stderr:\n%s", stderr)
 	}
 
 	lm, codec := golden.Path(t, "miotts", "model.gguf"), golden.Path(t, "miocodec", "model.gguf")
 	stdout, stderr, code = runCmd(t, "bench", "miotts", "--model", lm, "--codec", codec, "--prefill-tokens", "8", "--steps", "10",
-		"--codec-tokens", "8", "--ref-seconds", "3", "--tts-tokens", "8", "--backend", "vulkan", "--codec-backend", "cpu", "--json")
+		"--codec-tokens", "8", "--ref-seconds", "3", "--tts-tokens", "8", "--streams", "2", "--backend", "vulkan", "--codec-backend", "cpu", "--json")
 	if code != 0 {
 		t.Fatalf("bench miotts on Vulkan: exit %d: %s", code, stderr)
 	}
@@ -169,5 +172,8 @@ func TestBenchOnVulkan(t *testing.T) {
 	}
 	if !strings.HasPrefix(tts.Backend, "vulkan:") || !strings.HasPrefix(tts.CodecBackend, "cpu") || tts.DeviceMB <= 0 || !(tts.DecodeTokensPerS > 0) {
 		t.Errorf("backend %q, codec %q, device %v MB, %v tokens/s", tts.Backend, tts.CodecBackend, tts.DeviceMB, tts.DecodeTokensPerS)
+	}
+	if len(tts.Streams) != 1 || tts.Streams[0].DeviceStreamMB <= 0 {
+		t.Errorf("stream levels %+v: no GPU memory per stream", tts.Streams)
 	}
 }

@@ -67,7 +67,10 @@ type miottsBench struct {
 // time over its audio; a chunk is late when it arrives after its playout time, playout
 // starting at the stream's first audio.
 type streamsBench struct {
-	Streams          int     `json:"streams"`
+	Streams int `json:"streams"`
+	// DeviceStreamMB is the GPU memory a stream added (KV caches, programs): (the most held
+	// while the streams ran − before) ÷ streams; 0 on the CPU.
+	DeviceStreamMB   float64 `json:"device_stream_mb,omitempty"`
 	TokensPerS       float64 `json:"tokens_per_s"`
 	StreamTokensPerS float64 `json:"stream_tokens_per_s_min"` // the slowest stream's tokens over its own time
 	RTFMax           float64 `json:"rtf_max"`                 // the slowest stream's
@@ -215,10 +218,16 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	for _, n := range streamCounts {
 		logf("%d concurrent streams…\n", n)
 		var r streamsBench
+		before, _ := deviceMB(be, codecBE)
+		sampled := sampleDeviceMB(be, codecBE)
 		for range 2 {
 			if r, err = benchStreams(tts, emb, n, *ttsTokens); err != nil {
+				sampled()
 				return err
 			}
+		}
+		if most := sampled(); most > 0 {
+			r.DeviceStreamMB = max(0, most-before) / float64(n)
 		}
 		res.Streams = append(res.Streams, r)
 	}
@@ -240,6 +249,9 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	for _, r := range res.Streams {
 		fmt.Fprintf(stdout, "  %2d streams at once     %8.1f tokens/s together; slowest stream %.1f tokens/s, RTF %.2f; TTFA p50 %.0f ms, p95 %.0f ms; %d of %d chunks late; mean batch %.2f\n",
 			r.Streams, r.TokensPerS, r.StreamTokensPerS, r.RTFMax, r.TTFAMsP50, r.TTFAMsP95, r.LateChunks, r.Chunks, r.MeanBatch)
+		if r.DeviceStreamMB > 0 {
+			fmt.Fprintf(stdout, "                         %8.2f MB of GPU memory a stream\n", r.DeviceStreamMB)
+		}
 	}
 	fmt.Fprintf(stdout, "  peak RSS               %8.0f MB\n", res.PeakRSSMB)
 	if res.DevicePeakMB > 0 {

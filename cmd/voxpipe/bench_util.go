@@ -99,3 +99,30 @@ func deviceMB(bes ...engine.Backend) (inUse, peak float64) {
 	}
 	return inUse, peak
 }
+
+// sampleDeviceMB samples the GPU memory the backends hold every 5 ms until the returned
+// function is called, which gives the most seen (MB; 0 on the CPU): a level's memory with all
+// its sessions open.
+func sampleDeviceMB(bes ...engine.Backend) func() float64 {
+	var most float64
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			now, _ := deviceMB(bes...)
+			most = max(most, now)
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() float64 {
+		close(done)
+		<-stopped
+		return most
+	}
+}
