@@ -22,6 +22,21 @@ layout(push_constant) uniform P {
 } p;
 
 shared float sc[64];
+shared float red[64];
+
+float reduce_max(float x) {
+	uint t = gl_LocalInvocationID.x;
+	red[t] = x;
+	barrier();
+	for (uint s = 32u; s > 0u; s >>= 1) {
+		if (t < s) red[t] = max(red[t], red[t + s]);
+		barrier();
+	}
+	float r = red[0];
+	barrier();
+	return r;
+}
+
 void main() {
 	uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
 	if (row >= p.rows) return;
@@ -46,26 +61,22 @@ void main() {
 			if ((p.flags & 2u) != 0u) s += bias[p.boff + h * p.bs0 + tq * p.bs1 + j * p.bs2];
 		}
 		sc[t] = s;
-		barrier(); // publishes sc
-		// Every invocation takes the block's max itself: one barrier instead of a tree's six.
-		uint nk = min(64u, p.Tk - j0);
-		float cm = NEG;
-		for (uint jj = 0u; jj < nk; jj++) cm = max(cm, sc[jj]);
+		float cm = reduce_max(s); // includes the barrier that publishes sc
 		float mn = max(m, cm);
-		if (mn != NEG) { // else every key so far is masked out
-			float corr = (m == NEG) ? 0.0 : exp(m - mn);
-			l *= corr;
-			for (uint c = 0u; c < 4u; c++) acc[c] *= corr;
-			for (uint jj = 0u; jj < nk; jj++) {
-				float w = exp(sc[jj] - mn); // exp(−∞) = 0 for masked keys
-				l += w;
-				for (uint c = 0u; c < 4u; c++) {
-					uint dv = t + 64u * c;
-					if (dv < p.Dv) acc[c] = fma(w, v[vb + (j0 + jj) * p.vs2 + dv * p.vd], acc[c]);
-				}
+		if (mn == NEG) continue; // every key so far masked out
+		float corr = (m == NEG) ? 0.0 : exp(m - mn);
+		l *= corr;
+		for (uint c = 0u; c < 4u; c++) acc[c] *= corr;
+		uint nk = min(64u, p.Tk - j0);
+		for (uint jj = 0u; jj < nk; jj++) {
+			float w = exp(sc[jj] - mn); // exp(−∞) = 0 for masked keys
+			l += w;
+			for (uint c = 0u; c < 4u; c++) {
+				uint dv = t + 64u * c;
+				if (dv < p.Dv) acc[c] = fma(w, v[vb + (j0 + jj) * p.vs2 + dv * p.vd], acc[c]);
 			}
-			m = mn;
 		}
+		m = mn;
 		barrier(); // sc is rewritten by the next block
 	}
 	uint yb = p.yoff + row * p.Dv;
