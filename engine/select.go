@@ -130,9 +130,11 @@ type Profiler interface {
 // Threads for a CPU backend. Log, when set, gets auto's one line saying why it chose the CPU.
 type Placement struct {
 	Backend, Part string
+	PartName      string // what the part is ("vocoder", "codec"), for Opened
 	Threads       int
 	Log           func(format string, args ...any)
-	// Opened, when set, hears of every backend opened: role "model", "part" or "speaker".
+	// Opened, when set, hears of every backend opened: role "model", the part's name (or
+	// "part") or "speaker".
 	Opened func(role string, be Backend)
 }
 
@@ -157,7 +159,11 @@ func (p Placement) Open() (main, part Backend, close func(), err error) {
 	if ps == ms {
 		return main, main, main.Close, nil
 	}
-	if part, err = p.open(ps, "part"); err != nil {
+	role := p.PartName
+	if role == "" {
+		role = "part"
+	}
+	if part, err = p.open(ps, role); err != nil {
 		main.Close()
 		return nil, nil, nil, err
 	}

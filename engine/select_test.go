@@ -57,14 +57,25 @@ func TestOpenBackend(t *testing.T) {
 		t.Errorf("vulkan:99: %v", err)
 	}
 	// A placement with the part elsewhere opens two backends; the same place shares one.
-	main, part, closeAll, err := Placement{Backend: "vulkan", Part: "cpu", Threads: 1}.Open()
+	var roles []string
+	pl := Placement{Backend: "vulkan", Part: "cpu", PartName: "vocoder", Threads: 1,
+		Opened: func(role string, be Backend) { roles = append(roles, role+"="+strings.SplitN(be.Name(), ":", 2)[0]) }}
+	main, part, closeAll, err := pl.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := part.(*CPU); !ok || main == part {
 		t.Errorf("vulkan + cpu part: %s, %s", main.Name(), part.Name())
 	}
+	spk, err := pl.OpenSpeaker()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spk.Close()
 	closeAll()
+	if strings.Join(roles, " ") != "model=vulkan vocoder=cpu(1 threads) speaker=vulkan" {
+		t.Errorf("opened %v", roles)
+	}
 	main, part, closeAll, err = Placement{Backend: "cpu", Part: "CPU", Threads: 1}.Open()
 	if err != nil || main != part {
 		t.Errorf("cpu + cpu part: %v, shared %v", err, main == part)

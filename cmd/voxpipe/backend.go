@@ -13,18 +13,10 @@ import (
 // timed on a real GPU, so a GPU is asked for with --backend auto or vulkan.
 const defaultBackend = "cpu"
 
-// backendFlag adds --NAME (a backend: engine.ParseBackend's values) to fs.
-func backendFlag(fs *flag.FlagSet, name, def, what string) *string {
-	usage := engine.BackendUsage
-	if what != "" {
-		usage = what + ": " + usage + "; empty: with the model"
-	}
-	return fs.String(name, def, usage)
-}
-
-// placement is a command's --backend, part override and --threads, logging auto's choice to w.
-func placement(backend, part string, threads int, w io.Writer) engine.Placement {
-	return engine.Placement{Backend: backend, Part: part, Threads: threads,
+// placement is a command's --backend, its part override (the part named partName) and
+// --threads, logging auto's choice to w.
+func placement(backend, part, partName string, threads int, w io.Writer) engine.Placement {
+	return engine.Placement{Backend: backend, Part: part, PartName: partName, Threads: threads,
 		Log: func(format string, args ...any) { fmt.Fprintf(w, format, args...) }}
 }
 
@@ -44,8 +36,8 @@ type gpuPart struct {
 
 // placement is the package's placement that also notes the GPU backends it opens, for
 // nameGPUParts to name once the model is loaded.
-func (a *app) placement(backend, part string, threads int, w io.Writer) engine.Placement {
-	pl := placement(backend, part, threads, w)
+func (a *app) placement(backend, part, partName string, threads int, w io.Writer) engine.Placement {
+	pl := placement(backend, part, partName, threads, w)
 	pl.Opened = func(role string, be engine.Backend) {
 		if m, ok := be.(engine.MemoryReporter); ok {
 			a.gpus = append(a.gpus, gpuPart{part: role, be: be, mem: m})

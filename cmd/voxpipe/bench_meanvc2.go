@@ -169,7 +169,7 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	var peak float64 // highest VmHWM seen (it is reset around the speaker figure)
 	notePeak := func() { peak = max(peak, procStatusMB("VmHWM")) }
 
-	be, voc, closeBE, err := placement(*backend, *vocoderBackend, *threads, stderr).Open()
+	be, voc, closeBE, err := placement(*backend, *vocoderBackend, "vocoder", *threads, stderr).Open()
 	if err != nil {
 		return err
 	}

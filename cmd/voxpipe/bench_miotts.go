@@ -122,7 +122,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--prefill-tokens and --steps must be ≥ 1")
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format, a...) }
-	be, codecBE, closeBE, err := placement(*backend, *codecBackend, *threads, stderr).Open()
+	be, codecBE, closeBE, err := placement(*backend, *codecBackend, "codec", *threads, stderr).Open()
 	if err != nil {
 		return err
 	}

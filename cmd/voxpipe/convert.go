@@ -116,7 +116,7 @@ func (o *vcOptions) processor(name string, live bool) (string, stream.Processor,
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("reference clip: %w", err)
 	}
-	m, closeModel, err := voice.LoadMeanVC2(o.model, placement(o.backend, o.vocoderBackend, o.threads, os.Stderr), "")
+	m, closeModel, err := voice.LoadMeanVC2(o.model, placement(o.backend, o.vocoderBackend, "vocoder", o.threads, os.Stderr), "")
 	if err != nil {
 		return "", nil, nil, err
 	}

@@ -353,7 +353,7 @@ func (a *app) loadMeanVC2(o serveOptions, lib *library.Library, voices *stream.R
 	var names []string // in the order given
 	for _, path := range o.vcModels {
 		fmt.Fprintf(stdout, "loading %s…\n", path)
-		m, closeModel, err := voice.LoadMeanVC2(path, a.placement(o.backend, o.vocoderBackend, o.threads, stdout), filepath.Join(o.voicesDir, "embeddings"))
+		m, closeModel, err := voice.LoadMeanVC2(path, a.placement(o.backend, o.vocoderBackend, "vocoder", o.threads, stdout), filepath.Join(o.voicesDir, "embeddings"))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -443,7 +443,7 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 	if o.ttsModel == "" || o.codec == "" {
 		return nil, errors.New("--tts-model and --codec go together")
 	}
-	be, codecBE, closeBE, err := a.placement(o.backend, o.codecBackend, o.threads, stdout).Open()
+	be, codecBE, closeBE, err := a.placement(o.backend, o.codecBackend, "codec", o.threads, stdout).Open()
 	if err != nil {
 		return nil, err
 	}

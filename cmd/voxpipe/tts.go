@@ -82,7 +82,7 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, format, a...)
 		}
 	}
-	be, codecBE, closeBE, err := placement(*backend, *codecBackend, *threads, stderr).Open()
+	be, codecBE, closeBE, err := placement(*backend, *codecBackend, "codec", *threads, stderr).Open()
 	if err != nil {
 		return err
 	}
