@@ -222,6 +222,27 @@ type vulkanNode struct {
 	DstType DType
 }
 
+// f32 checks that the node has lo…hi sources and that they and its destination are F32
+// (the arithmetic shaders read no other encoding); roles name the sources in the error.
+func (n vulkanNode) f32(op string, lo, hi int, roles ...string) error {
+	if len(n.Src) < lo || len(n.Src) > hi || len(n.SrcType) != len(n.Src) {
+		return fmt.Errorf("%s with %d sources (want %d to %d)", op, len(n.Src), lo, hi)
+	}
+	if n.DstType != F32 {
+		return fmt.Errorf("%s into a %s tensor: the shader writes F32", op, dtypeName(n.DstType))
+	}
+	for i, dt := range n.SrcType {
+		if dt != F32 {
+			role := fmt.Sprintf("source %d", i)
+			if i < len(roles) {
+				role = roles[i]
+			}
+			return fmt.Errorf("%s on a %s %s: the shader takes F32", op, dtypeName(dt), role)
+		}
+	}
+	return nil
+}
+
 // vulkanLowerings turn the nodes of an op into dispatches, for the ops whose shaders live in
 // their own files (each registers itself in an init); a lowering checks its operands'
 // encodings and parameters and names what it cannot run.
@@ -305,6 +326,7 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 		}
 		prog.nodes = append(prog.nodes, info)
 		var d vulkan.Dispatch
+		var copies []vulkan.Dispatch // Concat's, each declaring its own access
 		var err error
 		dst := operand(nd.dst)
 		ints := map[int]bool{} // operands that are int32 (RoPE positions)
@@ -313,22 +335,17 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 			// One copy per source into its slice of the destination.
 			ax := int(nd.ip[0])
 			at := int64(0)
-			for si, src := range nd.src {
+			for _, src := range nd.src {
 				sv := operand(src)
 				view := dst
 				view.Shape = append([]int64(nil), sv.Shape...)
 				view.Off += int(at * dst.Stride[ax])
 				at += sv.Shape[ax]
-				if si == len(nd.src)-1 {
-					d, err = vulkan.UnaryOp(vulkan.UCopy, sv, view, 0, 0)
+				var c vulkan.Dispatch
+				if c, err = vulkan.UnaryOp(vulkan.UCopy, sv, view, 0, 0); err != nil {
 					break
 				}
-				c, cerr := vulkan.UnaryOp(vulkan.UCopy, sv, view, 0, 0)
-				if cerr != nil {
-					err = cerr
-					break
-				}
-				ds = append(ds, c.WithAccess([]vulkan.Tensor{sv}, []vulkan.Tensor{view}))
+				copies = append(copies, c.WithAccess([]vulkan.Tensor{sv}, []vulkan.Tensor{view}))
 			}
 		case cgo.OpLayerNorm, cgo.OpRMSNorm:
 			var w, b *vulkan.Tensor
@@ -420,16 +437,13 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 		if err != nil {
 			return fail(fmt.Errorf("node %d (%s, op %s): %w", i, nd.label, opName(nd.op), err))
 		}
+		if copies != nil {
+			ds = append(ds, copies...)
+			continue
+		}
 		srcs := make([]vulkan.Tensor, len(nd.src))
 		for j, s := range nd.src {
 			srcs[j] = operand(s)
-		}
-		if nd.op == cgo.OpConcat {
-			srcs = srcs[len(srcs)-1:] // the last source's copy; the others declared theirs
-			view := dst
-			view.Shape = srcs[0].Shape
-			view.Off += int((dst.Shape[nd.ip[0]] - srcs[0].Shape[nd.ip[0]]) * dst.Stride[nd.ip[0]])
-			dst = view
 		}
 		ds = append(ds, d.WithAccess(srcs, []vulkan.Tensor{dst}))
 	}

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"fmt"
-
 	"github.com/voxpipe/voxpipe/cgo"
 	"github.com/voxpipe/voxpipe/vulkan"
 )
@@ -16,17 +14,8 @@ func init() {
 // convOperands checks a conv node: x, w and an optional bias, all F32 (the shaders read no
 // other encoding; an F16 or packed F32P weight is refused by name), and returns the bias.
 func convOperands(op cgo.Op, n vulkanNode) (*vulkan.Tensor, error) {
-	if len(n.Src) < 2 || len(n.Src) > 3 {
-		return nil, fmt.Errorf("op %s with %d sources (want x, w and an optional bias)", opName(op), len(n.Src))
-	}
-	roles := []string{"input", "weight", "bias"}
-	for i, dt := range n.SrcType {
-		if dt != F32 {
-			return nil, fmt.Errorf("op %s on a %s %s: the shader takes F32", opName(op), dtypeName(dt), roles[i])
-		}
-	}
-	if n.DstType != F32 {
-		return nil, fmt.Errorf("op %s into a %s tensor: the shader writes F32", opName(op), dtypeName(n.DstType))
+	if err := n.f32("op "+opName(op), 2, 3, "input", "weight", "bias"); err != nil {
+		return nil, err
 	}
 	if len(n.Src) == 3 {
 		return &n.Src[2], nil

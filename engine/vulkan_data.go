@@ -24,22 +24,6 @@ func dmSources(op string, n vulkanNode, want int) error {
 	return nil
 }
 
-// dmF32 checks that a node's operands are all F32 (the arithmetic shaders read no other).
-func dmF32(op string, n vulkanNode, srcs int) error {
-	if err := dmSources(op, n, srcs); err != nil {
-		return err
-	}
-	if n.DstType != F32 {
-		return fmt.Errorf("%s into a %s tensor: the shader writes F32", op, dtypeName(n.DstType))
-	}
-	for i, dt := range n.SrcType {
-		if dt != F32 {
-			return fmt.Errorf("%s on a %s source %d: the shader takes F32", op, dtypeName(dt), i)
-		}
-	}
-	return nil
-}
-
 // dmWords checks that a data-movement node moves 32-bit words of one type (F32 or I32) from
 // src into dst.
 func dmWords(op string, src, dst DType) error {
@@ -65,7 +49,7 @@ func dmLowerPad(n vulkanNode) ([]vulkan.Dispatch, error) {
 }
 
 func dmLowerInterp(n vulkanNode) ([]vulkan.Dispatch, error) {
-	if err := dmF32("InterpLinear", n, 1); err != nil {
+	if err := n.f32("InterpLinear", 1, 1); err != nil {
 		return nil, err
 	}
 	d, err := vulkan.InterpLinearOp(n.Src[0], n.Dst)
@@ -90,7 +74,7 @@ func dmLowerScatter(n vulkanNode) ([]vulkan.Dispatch, error) {
 }
 
 func dmLowerReduce(n vulkanNode) ([]vulkan.Dispatch, error) {
-	if err := dmF32("Reduce", n, 1); err != nil {
+	if err := n.f32("Reduce", 1, 1); err != nil {
 		return nil, err
 	}
 	d, err := vulkan.ReduceOp(int(n.IP[1]), n.Src[0], n.Dst, int(n.IP[0]))
@@ -98,7 +82,7 @@ func dmLowerReduce(n vulkanNode) ([]vulkan.Dispatch, error) {
 }
 
 func dmLowerCumsum(n vulkanNode) ([]vulkan.Dispatch, error) {
-	if err := dmF32("Cumsum", n, 1); err != nil {
+	if err := n.f32("Cumsum", 1, 1); err != nil {
 		return nil, err
 	}
 	d, err := vulkan.CumsumOp(n.Src[0], n.Dst, int(n.IP[0]))

@@ -3,6 +3,7 @@ package vulkan
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // dmMaxLines is the most workgroups rowGroups can spread over its two axes.
@@ -42,6 +43,17 @@ func dmCheck(op, role string, t Tensor) error {
 	return nil
 }
 
+// dmInOut checks an op's input x and output y (dmBasic, dmWritable).
+func dmInOut(op string, x, y Tensor) error {
+	if err := dmBasic(op, "x", x); err != nil {
+		return err
+	}
+	if err := dmBasic(op, "y", y); err != nil {
+		return err
+	}
+	return dmWritable(op, y)
+}
+
 // dmWritable refuses an output whose stride 0 on an axis longer than 1 would make several
 // invocations write one value.
 func dmWritable(op string, y Tensor) error {
@@ -73,19 +85,6 @@ func dmAxis(op string, axis, rank int) (int, error) {
 	return a, nil
 }
 
-// dmSameShape reports whether a and b are equal.
-func dmSameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // PadOp is y = x padded on axis (negative counts from the end) by before values ahead and
 // after values behind: mode 0 the constant whose 32-bit word is fill (math.Float32bits(v)
 // for F32, uint32(int32(v)) for I32, as the CPU kernel's int conversion of its value), 1
@@ -94,13 +93,7 @@ func dmSameShape(a, b []int64) bool {
 // up to MaxDims axes; contiguous ones may have any rank.
 func PadOp(x, y Tensor, axis int, before, after int64, mode int, fill uint32) (Dispatch, error) {
 	const op = "pad"
-	if err := dmBasic(op, "x", x); err != nil {
-		return Dispatch{}, err
-	}
-	if err := dmBasic(op, "y", y); err != nil {
-		return Dispatch{}, err
-	}
-	if err := dmWritable(op, y); err != nil {
+	if err := dmInOut(op, x, y); err != nil {
 		return Dispatch{}, err
 	}
 	ax, err := dmAxis(op, axis, len(x.Shape))
@@ -113,7 +106,7 @@ func PadOp(x, y Tensor, axis int, before, after int64, mode int, fill uint32) (D
 	n := x.Shape[ax]
 	want := append([]int64(nil), x.Shape...)
 	want[ax] = n + before + after
-	if !dmSameShape(y.Shape, want) {
+	if !slices.Equal(y.Shape, want) {
 		return Dispatch{}, fmt.Errorf("vulkan: %s: y of shape %v, want %v (x %v padded by %d and %d on axis %d)", op, y.Shape, want, x.Shape, before, after, ax)
 	}
 	if want[ax] > math.MaxInt32 {
@@ -149,17 +142,11 @@ func PadOp(x, y Tensor, axis int, before, after int64, mode int, fill uint32) (D
 // of any rank.
 func InterpLinearOp(x, y Tensor) (Dispatch, error) {
 	const op = "interplinear"
-	if err := dmBasic(op, "x", x); err != nil {
-		return Dispatch{}, err
-	}
-	if err := dmBasic(op, "y", y); err != nil {
-		return Dispatch{}, err
-	}
-	if err := dmWritable(op, y); err != nil {
+	if err := dmInOut(op, x, y); err != nil {
 		return Dispatch{}, err
 	}
 	r := len(x.Shape)
-	if r == 0 || len(y.Shape) != r || !dmSameShape(x.Shape[:r-1], y.Shape[:r-1]) {
+	if r == 0 || len(y.Shape) != r || !slices.Equal(x.Shape[:r-1], y.Shape[:r-1]) {
 		return Dispatch{}, fmt.Errorf("vulkan: %s: x %v and y %v must differ only in the last axis", op, x.Shape, y.Shape)
 	}
 	ti, to := x.Shape[r-1], y.Shape[r-1]
@@ -209,7 +196,7 @@ func ScatterRowsOp(rows, idx, table Tensor) (Dispatch, error) {
 		}
 	}
 	r := len(table.Shape)
-	if r < 2 || len(rows.Shape) != r || !dmSameShape(rows.Shape[:r-2], table.Shape[:r-2]) || rows.Shape[r-1] != table.Shape[r-1] ||
+	if r < 2 || len(rows.Shape) != r || !slices.Equal(rows.Shape[:r-2], table.Shape[:r-2]) || rows.Shape[r-1] != table.Shape[r-1] ||
 		rows.Shape[r-2] != numel(idx.Shape) {
 		return Dispatch{}, fmt.Errorf("vulkan: %s: table %v, rows %v and %d indices: want [..., N, D], [..., M, D] and M indices", op, table.Shape, rows.Shape, numel(idx.Shape))
 	}
@@ -291,13 +278,7 @@ func ReduceOp(kind int, x, y Tensor, axis int) (Dispatch, error) {
 	if kind < 0 || kind > 3 {
 		return Dispatch{}, fmt.Errorf("vulkan: %s: kind %d (0 sum, 1 mean, 2 max, 3 var)", op, kind)
 	}
-	if err := dmBasic(op, "x", x); err != nil {
-		return Dispatch{}, err
-	}
-	if err := dmBasic(op, "y", y); err != nil {
-		return Dispatch{}, err
-	}
-	if err := dmWritable(op, y); err != nil {
+	if err := dmInOut(op, x, y); err != nil {
 		return Dispatch{}, err
 	}
 	ax, err := dmAxis(op, axis, len(x.Shape))
@@ -308,8 +289,8 @@ func ReduceOp(kind int, x, y Tensor, axis int) (Dispatch, error) {
 	keep[ax] = 1
 	dropped := append(append([]int64(nil), x.Shape[:ax]...), x.Shape[ax+1:]...)
 	switch {
-	case dmSameShape(y.Shape, keep):
-	case dmSameShape(y.Shape, dropped):
+	case slices.Equal(y.Shape, keep):
+	case slices.Equal(y.Shape, dropped):
 		// The removed axis back with size 1, so y indexes like x.
 		y.Shape = keep
 		y.Stride = append(append(append([]int64(nil), y.Stride[:ax]...), 0), y.Stride[ax:]...)
@@ -334,20 +315,14 @@ func ReduceOp(kind int, x, y Tensor, axis int) (Dispatch, error) {
 // strided views of up to MaxDims axes; contiguous ones may have any rank.
 func CumsumOp(x, y Tensor, axis int) (Dispatch, error) {
 	const op = "cumsum"
-	if err := dmBasic(op, "x", x); err != nil {
-		return Dispatch{}, err
-	}
-	if err := dmBasic(op, "y", y); err != nil {
-		return Dispatch{}, err
-	}
-	if err := dmWritable(op, y); err != nil {
+	if err := dmInOut(op, x, y); err != nil {
 		return Dispatch{}, err
 	}
 	ax, err := dmAxis(op, axis, len(x.Shape))
 	if err != nil {
 		return Dispatch{}, err
 	}
-	if !dmSameShape(x.Shape, y.Shape) {
+	if !slices.Equal(x.Shape, y.Shape) {
 		return Dispatch{}, fmt.Errorf("vulkan: %s: y of shape %v, want x's %v", op, y.Shape, x.Shape)
 	}
 	l, err := dmLinesOf(op, x, y, ax)

@@ -365,18 +365,11 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("unknown --model %q (meanvc2, miotts or miocodec)", *only)
 		}
 	}
-	spec, err := engine.ParseBackend(*backend)
+	be, _, closeBE, err := placement(*backend, "", "", *threads, stderr).Open()
 	if err != nil {
 		return err
 	}
-	be, note, err := engine.OpenBackend(spec, *threads)
-	if err != nil {
-		return err
-	}
-	defer be.Close()
-	if note != "" {
-		fmt.Fprintln(stderr, note)
-	}
+	defer closeBE()
 	fmt.Fprintf(stderr, "ours on %s\n", be.Name())
 	emit := func(v any) error { return json.NewEncoder(stdout).Encode(v) }
 

@@ -228,7 +228,6 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	m.WavLM.Trim()
 
 	logf("streaming %.0f s…\n", *seconds)
-
 	prof.start()
 	st, err := meanvc2.BenchStream(m, *seconds, 1)
 	if err != nil {

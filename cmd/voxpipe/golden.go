@@ -61,18 +61,11 @@ func runGolden(args []string, stdout, stderr io.Writer) error {
 	}
 	defer r.Close()
 	r.Model, r.MinTol = *model, *minTol
-	spec, err := engine.ParseBackend(*backend)
+	be, _, closeBE, err := placement(*backend, "", "", *threads, stderr).Open()
 	if err != nil {
 		return err
 	}
-	be, note, err := engine.OpenBackend(spec, *threads)
-	if err != nil {
-		return err
-	}
-	defer be.Close()
-	if note != "" {
-		fmt.Fprintln(stderr, note)
-	}
+	defer closeBE()
 	fmt.Fprintf(stdout, "%s on %s\n", *family, be.Name())
 	prof, err := newProfiler(*profile, be, stderr)
 	if err != nil {
