@@ -75,9 +75,10 @@ bench-models: build
 
 bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the models at real size, the WebRTC loopback
 	@# The LM benchmarks (batched decode steps, a joining stream's prefill) on the real-size model.
-	@# The MeanVC2 benchmark times each stage batched over 1…16 streams.
+	@# The MeanVC2 benchmark times each stage batched over 1…16 streams, MioCodec's its windows over 1…8.
 	VOXPIPE_QWEN3_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf VOXPIPE_MIOTTS_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf \
-	  VOXPIPE_MEANVC2_MODEL=$(BENCH_MODELS)/meanvc2.gguf $(GO) test -run '^$$' -bench . -benchtime 1s ./...
+	  VOXPIPE_MEANVC2_MODEL=$(BENCH_MODELS)/meanvc2.gguf VOXPIPE_MIOCODEC_MODEL=$(BENCH_MODELS)/miocodec.gguf \
+	  $(GO) test -run '^$$' -bench . -benchtime 1s ./...
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --streams 1,2,4,8 --json
 	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
 	@# voxpipe import of the MioTTS 0.6B originals: wall time, peak RSS (goal ≤ 1.5 × the largest input file), input MB/s.

@@ -1405,11 +1405,13 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		tasks = j.B * j.Hk;
 		rows_max = j.G;
 	} else {
-		/* query blocks: score block about 128 KiB, and enough tasks for the threads */
+		/* query blocks: score block about 128 KiB, and enough tasks for the threads. The block
+		 * follows one batch element's heads, so that each element (a stream batched with
+		 * others) gets the blocks, and so the bits, it gets alone. */
 		int64_t qb = imax(8, imin(256, (32 * 1024) / imax(j.Tk, 1)));
 		int64_t bh = j.B * j.H;
-		if (bh < 2 * nt)
-			qb = imin(qb, imax(4, cdiv(j.Tq, cdiv(2 * nt, bh))));
+		if (j.H < 2 * nt)
+			qb = imin(qb, imax(4, cdiv(j.Tq, cdiv(2 * nt, j.H))));
 		j.qb = imin(qb, j.Tq);
 		j.n_qb = cdiv(j.Tq, j.qb);
 		tasks = bh * j.n_qb;

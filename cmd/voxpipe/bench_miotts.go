@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/models/miocodec"
 	"github.com/voxpipe/voxpipe/models/miotts"
 	"github.com/voxpipe/voxpipe/models/sampler"
 )
@@ -78,7 +79,8 @@ type streamsBench struct {
 	TTFAMsP95        float64 `json:"ttfa_ms_p95"`
 	Chunks           int     `json:"chunks"`
 	LateChunks       int     `json:"late_chunks"`
-	MeanBatch        float64 `json:"mean_batch"` // stream steps per decode round
+	MeanBatch        float64 `json:"mean_batch"`       // stream steps per decode round
+	MeanCodecBatch   float64 `json:"mean_codec_batch"` // stream windows per codec run
 }
 
 // samplerBench are the sampler settings the decode figure ran with.
@@ -106,6 +108,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	ttsTokens := fs.Int("tts-tokens", 100, "speech tokens of the end-to-end streamed utterance")
 	profile := fs.Bool("profile", false, "print where the timed decode steps spend their time, by kind of op (to stderr)")
 	streams := fs.String("streams", "", "also run N concurrent streamed syntheses for each N in this comma-separated list (e.g. 1,2,4,8): aggregate tokens/s, per-stream RTF, TTFA, late chunks")
+	codecBatch := fs.Int("codec-batch", 0, "the most stream windows one codec run decodes (1: no codec batching, for comparison; 0: the default, "+strconv.Itoa(miocodec.MaxBatch)+")")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -138,6 +141,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	tts.Codec.SetBatchLimit(*codecBatch)
 	defer tts.Close()
 	res.LoadMs = ms(time.Since(t0))
 	res.DeviceMB, _ = deviceMB(be, codecBE)
@@ -247,8 +251,8 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "  codec, %d tokens      %8.1f ms (RTF %.3f)\n", res.CodecTokens, res.CodecMs, res.CodecRTF)
 	fmt.Fprintf(stdout, "  time to first audio    %8.1f ms; %d tokens streamed at RTF %.3f\n", res.TTFAMs, res.TTSTokens, res.TotalRTF)
 	for _, r := range res.Streams {
-		fmt.Fprintf(stdout, "  %2d streams at once     %8.1f tokens/s together; slowest stream %.1f tokens/s, RTF %.2f; TTFA p50 %.0f ms, p95 %.0f ms; %d of %d chunks late; mean batch %.2f\n",
-			r.Streams, r.TokensPerS, r.StreamTokensPerS, r.RTFMax, r.TTFAMsP50, r.TTFAMsP95, r.LateChunks, r.Chunks, r.MeanBatch)
+		fmt.Fprintf(stdout, "  %2d streams at once     %8.1f tokens/s together; slowest stream %.1f tokens/s, RTF %.2f; TTFA p50 %.0f ms, p95 %.0f ms; %d of %d chunks late; mean batch %.2f (codec %.2f)\n",
+			r.Streams, r.TokensPerS, r.StreamTokensPerS, r.RTFMax, r.TTFAMsP50, r.TTFAMsP95, r.LateChunks, r.Chunks, r.MeanBatch, r.MeanCodecBatch)
 		if r.DeviceStreamMB > 0 {
 			fmt.Fprintf(stdout, "                         %8.2f MB of GPU memory a stream\n", r.DeviceStreamMB)
 		}
@@ -272,7 +276,7 @@ func benchStreams(tts *miotts.TTS, emb []float32, n, tokens int) (streamsBench, 
 		err         error
 	}
 	results := make([]result, n)
-	before := tts.LM.BatchStats()
+	before, codecBefore := tts.LM.BatchStats(), tts.Codec.BatchStats()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := range n {
@@ -303,7 +307,7 @@ func benchStreams(tts *miotts.TTS, emb []float32, n, tokens int) (streamsBench, 
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	after := tts.LM.BatchStats()
+	after, codecAfter := tts.LM.BatchStats(), tts.Codec.BatchStats()
 	b := streamsBench{Streams: n, StreamTokensPerS: math.Inf(1)}
 	var ttfa []float64
 	total := 0
@@ -324,6 +328,9 @@ func benchStreams(tts *miotts.TTS, emb []float32, n, tokens int) (streamsBench, 
 	b.TTFAMsP50, b.TTFAMsP95 = percentile(ttfa, 50), percentile(ttfa, 95)
 	if rounds := after.Rounds - before.Rounds; rounds > 0 {
 		b.MeanBatch = float64(after.Rows-before.Rows) / float64(rounds)
+	}
+	if runs := codecAfter.Runs - codecBefore.Runs; runs > 0 {
+		b.MeanCodecBatch = float64(codecAfter.Windows-codecBefore.Windows) / float64(runs)
 	}
 	return b, nil
 }

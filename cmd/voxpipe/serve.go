@@ -456,8 +456,8 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 	a.closers = append(a.closers, mt.Close)
 	a.nameGPUParts("miotts")
 	a.ttsBatches = func() metrics.DecodeStats {
-		st := mt.LM.BatchStats()
-		return metrics.DecodeStats{Rounds: st.Rounds, Steps: st.Rows, Capacity: st.Capacity}
+		st, cs := mt.LM.BatchStats(), mt.Codec.BatchStats()
+		return metrics.DecodeStats{Rounds: st.Rounds, Steps: st.Rows, Capacity: st.Capacity, CodecRuns: cs.Runs, CodecWindows: cs.Windows}
 	}
 	files := map[string]string{}
 	if o.ttsVoice != "" {

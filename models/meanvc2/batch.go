@@ -2,25 +2,23 @@ package meanvc2
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/voxpipe/voxpipe/internal/batcher"
 	"github.com/voxpipe/voxpipe/models/conformer"
 	"github.com/voxpipe/voxpipe/models/vocos"
 )
 
-// The streams of a Model run their model work through its batcher: an ASR window, or a DiT
-// step with its vocoder step, is a job. A job that finds the model idle runs at once on its
-// caller's goroutine, alone, as it always did: batching adds no wait. Jobs that arrive while
-// a batch runs queue up, and the next batch takes every queued job of the oldest one's kind
-// and shape together — a power of two of them, up to MaxBatch, so that five program sizes
-// serve every batch: one program per stage reads each weight once for all of them, and each
-// stream's results are bit for bit those it gets alone (the batched programs keep every
-// stream's rows apart, see DiT.DenoiseBatch, conformer.ForwardBatch and vocos.PushBatch).
-// So the busier the model, the larger its batches, and the cheaper each stream's share of
-// the weight reads that bound these small products. The programs of each batch size are
-// compiled when the open streams first reach it (NewStream), not in a stream's step.
+// The streams of a Model run their model work through its batch queue (internal/batcher):
+// an ASR window, or a DiT step with its vocoder step, is a job. A job that finds the model
+// idle runs at once, alone; jobs that arrive while a batch runs are batched with the queued
+// jobs of the same kind and shape — a power of two of them, up to MaxBatch, so that five
+// program sizes serve every batch: one program per stage reads each weight once for all of
+// them, and each stream's results are bit for bit those it gets alone (the batched programs
+// keep every stream's rows apart, see DiT.DenoiseBatch, conformer.ForwardBatch and
+// vocos.PushBatch). The programs of each batch size are compiled when the open streams
+// first reach it (NewStream), not in a stream's step.
 
 type jobKind uint8
 
@@ -44,18 +42,22 @@ type job struct {
 	mel, wav []float32
 	ditErr   bool // err came from the DiT (else the vocoder)
 
-	err  error
-	done chan struct{} // receives once the job has run (capacity 1)
+	err error
 }
 
-// batcher queues the jobs of a Model's streams.
-type batcher struct {
-	mu      sync.Mutex
-	queue   []*job
-	running bool // a goroutine is running batches
-	limit   int  // the most jobs a batch takes (SetBatchLimit; 0: MaxBatch)
-	open    int  // streams open (NewStream − Close), under the model's exec lock
-	warmed  int  // the largest batch size whose programs warm compiled
+// batchKey is what jobs must share to run in one batch: their kind and shape; a job with
+// alone set batches with no other.
+type batchKey struct {
+	kind  jobKind
+	key   int
+	alone *job
+}
+
+// batchState is how a Model batches its streams' jobs.
+type batchState struct {
+	queue  *batcher.Queue[batchKey, *job]
+	open   int // streams open (NewStream − Close), under the model's exec lock
+	warmed int // the largest batch size whose programs warm compiled
 
 	// Batch statistics: batches run and jobs in them, by kind; time spent running them.
 	batches, jobs [2]atomic.Int64
@@ -79,117 +81,35 @@ func (m *Model) BatchStats() BatchStats {
 
 // SetBatchLimit sets the most stream requests one batched program takes (1: no batching;
 // n ≤ 0 or > MaxBatch: MaxBatch, the default). For comparisons: the outputs are the same.
-func (m *Model) SetBatchLimit(n int) {
-	b := &m.batch
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if n <= 0 || n > MaxBatch {
-		n = MaxBatch
-	}
-	b.limit = n
+func (m *Model) SetBatchLimit(n int) { m.batch.queue.SetLimit(n) }
+
+// newQueue makes the model's batch queue.
+func (m *Model) newQueue() {
+	m.batch.queue = batcher.New[batchKey](MaxBatch, m.runBatch)
 }
 
-// run queues j and returns once it has run. The caller that finds no batch running runs
-// batches itself until its own job is done, then hands what is left to a new goroutine.
+// run queues j and returns once it has run (in a batch with other streams' jobs like it).
 func (m *Model) run(j *job) error {
-	b := &m.batch
-	b.mu.Lock()
-	b.queue = append(b.queue, j)
-	if b.running {
-		b.mu.Unlock()
-		<-j.done
-		return j.err
+	k := batchKey{kind: j.kind, key: j.key}
+	if j.key < 0 {
+		k.alone = j
 	}
-	b.running = true
-	b.mu.Unlock()
-	for {
-		m.runBatch()
-		select {
-		case <-j.done:
-			m.handOff()
-			return j.err
-		default:
-		}
-	}
+	m.batch.queue.Do(k, j)
+	return j.err
 }
 
-// handOff lets a new goroutine run the jobs still queued, or marks the batcher idle.
-func (m *Model) handOff() {
+// runBatch runs one batch of jobs of one kind and shape.
+func (m *Model) runBatch(batch []*job) {
 	b := &m.batch
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.queue) == 0 {
-		b.running = false
-		return
-	}
-	go func() {
-		for {
-			m.runBatch()
-			b.mu.Lock()
-			if len(b.queue) == 0 {
-				b.running = false
-				b.mu.Unlock()
-				return
-			}
-			b.mu.Unlock()
-		}
-	}()
-}
-
-// runBatch takes the oldest job and every queued job of its kind and key (up to MaxBatch)
-// and runs them.
-func (m *Model) runBatch() {
-	b := &m.batch
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.mu.Unlock()
-		return
-	}
-	first := b.queue[0]
-	limit := b.limit
-	if limit == 0 {
-		limit = MaxBatch
-	}
-	like := 0 // queued jobs that can join first's batch
-	for _, j := range b.queue {
-		if first.key >= 0 && j.kind == first.kind && j.key == first.key {
-			like++
-		}
-	}
-	size := batchSize(min(like, limit))
-	var batch []*job
-	rest := b.queue[:0]
-	for _, j := range b.queue {
-		if j == first || first.key >= 0 && j.kind == first.kind && j.key == first.key && len(batch) < size {
-			batch = append(batch, j)
-		} else {
-			rest = append(rest, j)
-		}
-	}
-	clear(b.queue[len(rest):])
-	b.queue = rest
-	b.mu.Unlock()
-
-	b.batches[first.kind].Add(1)
-	b.jobs[first.kind].Add(int64(len(batch)))
+	kind := batch[0].kind
+	b.batches[kind].Add(1)
+	b.jobs[kind].Add(int64(len(batch)))
 	for _, j := range batch {
 		j.err, j.ditErr = nil, false
 	}
 	t0 := time.Now()
 	m.runJobs(batch)
 	b.busy.Add(int64(time.Since(t0)))
-	for _, j := range batch {
-		j.done <- struct{}{}
-	}
-}
-
-// batchSize is the largest power of two ≤ n (n ≥ 1): the batch sizes with programs.
-func batchSize(n int) int {
-	p := 1
-	for p*2 <= n {
-		p *= 2
-	}
-	return p
 }
 
 // warm compiles the programs of a batch of n streams in the steady state (an ASR window, a
@@ -197,7 +117,7 @@ func batchSize(n int) int {
 // that the first batch of that size does not stall its streams on compiling. m.exec is held.
 func (m *Model) warm(n int) error {
 	b := &m.batch
-	if n > MaxBatch || batchSize(n) != n || n <= b.warmed {
+	if n > MaxBatch || batcher.Size(n) != n || n <= b.warmed {
 		return nil
 	}
 	if err := m.ASR.Warm(m.ASR.Config.Stream.Window, n); err != nil {

@@ -55,7 +55,7 @@ type Model struct {
 	liveMu sync.Mutex
 	live   map[int]schedule // LiveSchedule's, by piece size
 
-	batch batcher // the streams' model work, batched across streams (batch.go)
+	batch batchState // the streams' model work, batched across streams (batch.go)
 }
 
 // Load opens an audio.cpp MeanVC2 GGUF, checks its family and loads every component. Missing
@@ -122,6 +122,7 @@ func loadFromModel(f *gguf.Model, b Backends) (*Model, error) {
 		return nil, fmt.Errorf("meanvc2: load: not a complete MeanVC2 file: no tensors in namespace(s) %v (it has %v)", missing, f.Namespaces())
 	}
 	m := &Model{Config: cfg, backend: backend}
+	m.newQueue()
 	m.speakerExec = &m.exec
 	if speaker != backend {
 		m.speakerExec = &m.speakerMu
@@ -324,7 +325,7 @@ func (m *Model) NewStream(target Timbre) (*Stream, error) {
 	s := &Stream{m: m, fe: fe, asr: asr, voc: voc, dit: m.DiT.NewState(), cond: m.Config.NewCondBuffer(),
 		target: target, seed: DefaultSeed, bnPerWin: conformer.OutFrames(m.ASR.Config.Stream.Window),
 		adapter: condAdapter{dim: m.Config.BNDim, points: m.Config.Runtime.VCChunkFrames}}
-	s.job = job{s: s, done: make(chan struct{}, 1)}
+	s.job = job{s: s}
 	m.exec.Lock()
 	m.batch.open++
 	err = m.warm(m.batch.open)

@@ -9,6 +9,7 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/weights"
+	"github.com/voxpipe/voxpipe/internal/batcher"
 	"github.com/voxpipe/voxpipe/models/nn"
 )
 
@@ -30,7 +31,21 @@ func newConstants(a engine.Allocator) *constants {
 
 // upload makes a constant buffer of float32 values.
 func (c *constants) upload(name string, data []float32, shape ...int64) (*engine.Buffer, error) {
-	b, err := engine.Upload(c.alloc, name, data, shape...)
+	return c.keep(engine.Upload(c.alloc, name, data, shape...))
+}
+
+// uploadMatrix makes a constant Linear weight [rows, cols], packed for the CPU's
+// small-matrix kernel where the backend takes that (whose row groups keep batched streams'
+// results those they get alone).
+func (c *constants) uploadMatrix(name string, data []float32, rows, cols int64) (*engine.Buffer, error) {
+	if !engine.Accepts(c.alloc, engine.F32P) {
+		return c.upload(name, data, rows, cols)
+	}
+	return c.keep(engine.UploadRaw(c.alloc, name, engine.F32P, unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), 4*len(data)), rows, cols))
+}
+
+// keep adds an uploaded constant to those close frees.
+func (c *constants) keep(b *engine.Buffer, err error) (*engine.Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("miocodec: %w", err)
 	}
@@ -128,11 +143,17 @@ type plan struct {
 	newFrom, coreEnd int
 	debug            bool // stage outputs for the golden checks
 	stats            bool // per-GroupNorm mean/var outputs (to freeze them later)
+	// batch > 1: that many streams' windows of this geometry in one run (plain or running
+	// statistics only), each stream's rows kept apart as if it ran alone.
+	batch int
 }
 
 func (p plan) key() string {
-	return fmt.Sprintf("n%d f%d gn%d nf%d ce%d d%t s%t", p.n, p.frames, p.gn, p.newFrom, p.coreEnd, p.debug, p.stats)
+	return fmt.Sprintf("n%d f%d gn%d nf%d ce%d d%t s%t b%d", p.n, p.frames, p.gn, p.newFrom, p.coreEnd, p.debug, p.stats, p.streams())
 }
+
+// streams is the number of windows a run of the plan decodes.
+func (p plan) streams() int { return max(p.batch, 1) }
 
 // Decoder is MioCodec's token decoder: tokens + global (speaker) embedding → waveform.
 // Its methods may be called from several goroutines (each call runs its own program run
@@ -145,13 +166,15 @@ type Decoder struct {
 	w                                   *decoderWeights
 	consts                              *constants
 	codes                               *engine.Buffer // FSQ codes [codebook, len(levels)]
-	idft                                *engine.Buffer // [n_fft+2, n_fft] windowed inverse rDFT
+	idft                                *engine.Buffer // [n_fft, n_fft+2] windowed inverse rDFT (a Linear weight)
 	window2                             []float32      // Hann² for the envelope
 	ola, env                            []float32      // overlap-add scratch (under mu)
 	gnNames                             [][4]string    // per GroupNorm: mean, var, acc, commit inputs/outputs
 	fsq                                 fsq
 	cache                               *engine.Cache
-	mu                                  sync.Mutex // one program run at a time per decoder
+	mu                                  sync.Mutex                    // one program run at a time per decoder
+	queue                               *batcher.Queue[plan, *window] // streams' windows, batched (batch.go)
+	counts                              batchCounts
 }
 
 // maxPrograms bounds the compiled programs a decoder keeps (one per shape and mode).
@@ -174,6 +197,7 @@ func LoadDecoder(m *gguf.Model, backend engine.Backend) (*Decoder, error) {
 		return fallback
 	}
 	d := &Decoder{Config: cfg, backend: backend, fsq: newFSQ(cfg.Levels)}
+	d.queue = newQueue(d)
 	P := dim("wave_prenet.layers.0.attention.wq.weight", 0, cfg.WavePrenet.Dim)
 	D := dim("wave_prenet.output_proj.weight", 0, cfg.WaveDecoderDim)
 	cond := dim("wave_decoder.layers.0.attention_norm.condition_proj.1.weight", 1, cfg.WaveDecoder.CondDim)
@@ -265,13 +289,13 @@ func (d *Decoder) initConstants() error {
 		}
 		for n := range N {
 			a := 2 * math.Pi * float64((k*n)%N) / float64(N)
-			basis[k*N+n] = float32(ck * math.Cos(a) * win[n] / float64(N))
+			basis[n*2*K+k] = float32(ck * math.Cos(a) * win[n] / float64(N))
 			if k != 0 && k != N/2 {
-				basis[(K+k)*N+n] = float32(-ck * math.Sin(a) * win[n] / float64(N))
+				basis[n*2*K+K+k] = float32(-ck * math.Sin(a) * win[n] / float64(N))
 			}
 		}
 	}
-	d.idft, err = d.consts.upload("istft.basis", basis, int64(2*K), int64(N))
+	d.idft, err = d.consts.uploadMatrix("istft.basis", basis, int64(N), int64(2*K))
 	return err
 }
 
@@ -326,22 +350,27 @@ func (b *builder) debug(name string, x engine.Tensor) {
 	}
 }
 
-// cf2tm is the time-major view [T, C] of a channels-first [1, C, T] tensor.
+// cf2tm is the time-major rows [B·T, C] of a channels-first [B, C, T] tensor (a view when
+// B is 1).
 func (dg *decodeGraph) cf2tm(x engine.Tensor) engine.Tensor {
-	return dg.g.Transpose(dg.g.Reshape(x, x.Dim(1), x.Dim(2)), 0, 1)
+	if x.Dim(0) == 1 {
+		return dg.g.Transpose(dg.g.Reshape(x, x.Dim(1), x.Dim(2)), 0, 1)
+	}
+	return dg.g.Reshape(dg.g.Transpose(x, 1, 2), x.Dim(0)*x.Dim(2), x.Dim(1))
 }
 
-// tm2cf is the channels-first [1, C, T] copy of a time-major [T, C] tensor.
+// tm2cf is the channels-first [B, C, T] copy of time-major rows [B·T, C].
 func (dg *decodeGraph) tm2cf(x engine.Tensor) engine.Tensor {
-	return dg.g.Reshape(dg.g.Transpose(x, 0, 1), 1, x.Dim(1), x.Dim(0))
+	B := dg.streams()
+	return dg.g.Contiguous(dg.g.Transpose(dg.g.Reshape(x, B, x.Dim(0)/B, x.Dim(1)), 1, 2))
 }
 
-// groupNorm normalises x [1, C, T] over groups of channels and all its frames with the
-// statistics of the plan's mode, then applies the affine parameters.
+// groupNorm normalises x [B, C, T] over groups of channels and all of a stream's frames
+// with the statistics of the plan's mode, then applies the affine parameters.
 func (dg *decodeGraph) groupNorm(x engine.Tensor, nw *nn.GroupNorm) engine.Tensor {
 	g := dg.g
 	const eps = 1e-6
-	C, T := x.Dim(1), x.Dim(2)
+	B, C, T := x.Dim(0), x.Dim(1), x.Dim(2)
 	G := int64(min(dg.d.Config.ResNetGroups, int(C)))
 	id := dg.gnID
 	dg.gnID++
@@ -359,29 +388,33 @@ func (dg *decodeGraph) groupNorm(x engine.Tensor, nw *nn.GroupNorm) engine.Tenso
 		mean = g.Input(name+".mean", engine.F32, G, 1)
 		variance = g.Input(name+".var", engine.F32, G, 1)
 	case gnRunning:
+		// Per stream and group: the sums of x and x² over its frames, [B·G, 1] (stream-major).
 		r := T / int64(dg.pl.n) // frames per token at this stage
 		per := C / G
 		sums := func(from, to int64) (engine.Tensor, engine.Tensor) {
-			xs := g.Reshape(g.Contiguous(g.Slice(x, 2, from, to)), G, -1)
+			xs := g.Reshape(g.Contiguous(g.Slice(x, 2, from, to)), B*G, -1)
 			return g.Sum(xs, 1), g.Sum(g.Square(xs), 1)
 		}
 		nf := int64(dg.pl.newFrom)
 		s1, s2 := sums(nf*r, T)
-		acc := g.Input(name+".acc", engine.F32, 2, G, 1)
+		acc := g.Input(name+".acc", engine.F32, 2, B*G, 1)
 		if dg.count == nil {
-			c := g.Input("gn.count", engine.F32, 1) // committed tokens
+			c := g.Input("gn.count", engine.F32, B, 1) // each stream's committed tokens
 			dg.count = &c
 		}
-		n := g.Scale(*dg.count, float32(r*per), float32((T-nf*r)*per))
-		t1 := g.Add(s1, g.Reshape(g.Slice(acc, 0, 0, 1), G, 1))
-		t2 := g.Add(s2, g.Reshape(g.Slice(acc, 0, 1, 2), G, 1))
-		mean = g.Div(t1, n)
-		variance = g.Clamp(g.Sub(g.Div(t2, n), g.Square(mean)), 0, math.MaxFloat32)
+		n := g.Scale(*dg.count, float32(r*per), float32((T-nf*r)*per)) // [B, 1] values per group
+		perStream := func(t engine.Tensor) engine.Tensor {             // t [B·G, 1] ÷ n, back to [B·G, 1]
+			return g.Reshape(g.Div(g.Reshape(t, B, G), n), B*G, 1)
+		}
+		t1 := g.Add(s1, g.Reshape(g.Slice(acc, 0, 0, 1), B*G, 1))
+		t2 := g.Add(s2, g.Reshape(g.Slice(acc, 0, 1, 2), B*G, 1))
+		mean = perStream(t1)
+		variance = g.Clamp(g.Sub(perStream(t2), g.Square(mean)), 0, math.MaxFloat32)
 		c1, c2 := sums(nf*r, int64(dg.pl.coreEnd)*r)
-		g.Output(name+".commit", g.Concat(0, g.Reshape(c1, 1, G, 1), g.Reshape(c2, 1, G, 1)))
+		g.Output(name+".commit", g.Concat(0, g.Reshape(c1, 1, B*G, 1), g.Reshape(c2, 1, B*G, 1)))
 	}
-	y := g.Div(g.Sub(g.Reshape(x, G, -1), mean), g.Sqrt(g.Scale(variance, 1, eps)))
-	return g.ChannelAffine(g.Reshape(y, 1, C, T), nw.Weight.In(g), nw.Bias.In(g))
+	y := g.Div(g.Sub(g.Reshape(x, B*G, -1), mean), g.Sqrt(g.Scale(variance, 1, eps)))
+	return g.ChannelAffine(g.Reshape(y, B, C, T), nw.Weight.In(g), nw.Bias.In(g))
 }
 
 func (dg *decodeGraph) resBlock(x engine.Tensor, rb *resBlock) engine.Tensor {
@@ -394,17 +427,24 @@ func (dg *decodeGraph) resBlock(x engine.Tensor, rb *resBlock) engine.Tensor {
 	return g.Add(h, x)
 }
 
-// build makes the decode graph for a plan: inputs "tokens" [n] (int32) and "global"
-// [1, cond]; output "frames" [T, n_fft], the windowed inverse-DFT frames that the host
-// overlap-adds.
+// build makes the decode graph for a plan: inputs "tokens" [B·n] (int32) and "global"
+// [B, cond]; output "frames" [B·T, n_fft], the windowed inverse-DFT frames that the host
+// overlap-adds. B streams' windows stack along the first axis; every op keeps a stream's
+// rows apart (row-grouped products, per-stream convolutions, norms and attention), so each
+// stream gets the bits it gets alone.
 func (d *Decoder) build(pl plan) (*engine.Graph, error) {
 	cfg := d.Config
 	g := engine.NewGraph(fmt.Sprintf("miocodec.decode[%s]", pl.key()))
-	dg := &decodeGraph{builder: &builder{g: g, consts: d.consts, dbg: pl.debug}, d: d, pl: pl}
+	B := int64(pl.streams())
+	if B > 1 && (pl.gn == gnFrozen || pl.debug || pl.stats) {
+		return nil, fmt.Errorf("miocodec: a batched decode takes plain or running statistics only")
+	}
+	g.SetRowGroups(int(B))
+	dg := &decodeGraph{builder: &builder{g: g, consts: d.consts, dbg: pl.debug, batch: B}, d: d, pl: pl}
 	w := d.w
 	N := int64(pl.n)
-	tokens := g.Input("tokens", engine.I32, N)
-	global := g.Input("global", engine.F32, 1, int64(d.CondDim))
+	tokens := g.Input("tokens", engine.I32, B*N)
+	global := g.Input("global", engine.F32, B, int64(d.CondDim))
 
 	g.Label("local_quantizer")
 	codes := g.GatherRows(g.Persistent(d.codes), tokens)
@@ -456,13 +496,13 @@ func (d *Decoder) build(pl plan) (*engine.Graph, error) {
 	dg.debug("upsampler_out", dg.cf2tm(y))
 
 	g.Label("istft_head")
-	h = w.Head.Forward(g, dg.cf2tm(y)) // [T, n_fft+2]
+	h = w.Head.Forward(g, dg.cf2tm(y)) // [B·T, n_fft+2]
 	dg.debug("head_out", h)
 	K := int64(cfg.NFFT/2 + 1)
 	mag := g.Clamp(g.Exp(g.Slice(h, 1, 0, K)), 0, 100)
 	ph := g.Slice(h, 1, K, 2*K)
 	spec := g.Concat(1, g.Mul(mag, g.Cos(ph)), g.Mul(mag, g.Sin(ph)))
-	g.Output("frames", g.Matmul(spec, g.Persistent(d.idft)))
+	g.Output("frames", g.Linear(spec, g.Persistent(d.idft), nil))
 	if d.consts.err != nil {
 		return nil, d.consts.err
 	}
@@ -485,57 +525,98 @@ type runIO struct {
 	stages    map[string][]float32
 }
 
+// window is one stream's decode of one run: its tokens and speaker in, its waveform
+// appended to wave.
+type window struct {
+	tokens []int32
+	global []float32
+	io     *runIO
+	wave   []float32
+
+	pl  plan  // a queued window's plan (batch.go)
+	err error // and its result
+}
+
 // run executes the program of pl and appends the waveform to wave.
 func (d *Decoder) run(pl plan, tokens []int32, global []float32, io *runIO, wave []float32) ([]float32, error) {
-	if err := d.fsq.check(tokens); err != nil {
-		return wave, err
-	}
-	if len(global) != d.CondDim {
-		return wave, fmt.Errorf("miocodec: global embedding of %d values, want %d", len(global), d.CondDim)
+	w := window{tokens: tokens, global: global, io: io, wave: wave}
+	err := d.runWindows(pl, []*window{&w})
+	return w.wave, err
+}
+
+// runWindows runs pl over len(ws) windows of its geometry in one program (pl.batch is set
+// here) and appends each one's waveform to its wave.
+func (d *Decoder) runWindows(pl plan, ws []*window) error {
+	B := len(ws)
+	pl.batch = B
+	for _, w := range ws {
+		if err := d.fsq.check(w.tokens); err != nil {
+			return err
+		}
+		if len(w.tokens) != pl.n {
+			return fmt.Errorf("miocodec: a window of %d tokens in a program of %d", len(w.tokens), pl.n)
+		}
+		if len(w.global) != d.CondDim {
+			return fmt.Errorf("miocodec: global embedding of %d values, want %d", len(w.global), d.CondDim)
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cache == nil {
-		return wave, fmt.Errorf("miocodec: decoder is closed")
+		return fmt.Errorf("miocodec: decoder is closed")
 	}
 	prog, err := d.cache.Get(pl.key(), func() (*engine.Graph, error) { return d.build(pl) })
 	if err != nil {
-		return wave, fmt.Errorf("miocodec: decode program: %w", err)
+		return fmt.Errorf("miocodec: decode program: %w", err)
 	}
-	copy(prog.InputInt32("tokens"), tokens)
-	copy(prog.Input("global"), global)
+	tokens, global := prog.InputInt32("tokens"), prog.Input("global")
+	for b, w := range ws {
+		copy(tokens[b*pl.n:], w.tokens)
+		copy(global[b*d.CondDim:], w.global)
+	}
 	nGN := d.NumGroupNorms()
+	io := ws[0].io
 	switch pl.gn {
 	case gnFrozen:
 		if io == nil || io.frozen == nil || len(io.frozen.Mean) != nGN || len(io.frozen.Var) != nGN {
-			return wave, fmt.Errorf("miocodec: frozen GroupNorm mode needs statistics of %d GroupNorms", nGN)
+			return fmt.Errorf("miocodec: frozen GroupNorm mode needs statistics of %d GroupNorms", nGN)
 		}
 		for i := range nGN {
 			m, v := prog.Input(d.gnNames[i][0]), prog.Input(d.gnNames[i][1])
 			if len(io.frozen.Mean[i]) != len(m) || len(io.frozen.Var[i]) != len(v) {
-				return wave, fmt.Errorf("miocodec: GroupNorm %d: %d/%d statistics, want %d", i, len(io.frozen.Mean[i]), len(io.frozen.Var[i]), len(m))
+				return fmt.Errorf("miocodec: GroupNorm %d: %d/%d statistics, want %d", i, len(io.frozen.Mean[i]), len(io.frozen.Var[i]), len(m))
 			}
 			copy(m, io.frozen.Mean[i])
 			copy(v, io.frozen.Var[i])
 		}
 	case gnRunning:
-		prog.Input("gn.count")[0] = float32(io.committed)
+		// acc [2, B·G, 1]: every stream's sums, then every stream's sums of squares.
+		count := prog.Input("gn.count")
+		for b, w := range ws {
+			count[b] = float32(w.io.committed)
+		}
 		for i := range nGN {
-			a := prog.Input(d.gnNames[i][2])
-			for j := range a {
-				a[j] = float32(io.acc[i][j])
+			a, G := prog.Input(d.gnNames[i][2]), d.groupsOf(i)
+			for b, w := range ws {
+				for j, v := range w.io.acc[i] {
+					a[j/G*B*G+b*G+j%G] = float32(v)
+				}
 			}
 		}
 	}
 	if err := prog.Run(); err != nil {
-		return wave, fmt.Errorf("miocodec: decode: %w", err)
+		return fmt.Errorf("miocodec: decode: %w", err)
 	}
 	if pl.gn == gnRunning {
 		for i := range nGN {
-			c := prog.Output(d.gnNames[i][3])
-			io.commit[i] = io.commit[i][:0]
-			for _, v := range c {
-				io.commit[i] = append(io.commit[i], float64(v))
+			c, G := prog.Output(d.gnNames[i][3]), d.groupsOf(i)
+			for b, w := range ws {
+				w.io.commit[i] = w.io.commit[i][:0]
+				for _, half := range [2]int{0, 1} {
+					for _, v := range c[half*B*G+b*G : half*B*G+(b+1)*G] {
+						w.io.commit[i] = append(w.io.commit[i], float64(v))
+					}
+				}
 			}
 		}
 	}
@@ -555,7 +636,11 @@ func (d *Decoder) run(pl plan, tokens []int32, global []float32, io *runIO, wave
 		}
 	}
 	frames := prog.Output("frames")
-	return d.overlapAdd(frames, len(frames)/d.Config.NFFT, wave), nil
+	per := len(frames) / B
+	for b, w := range ws {
+		w.wave = d.overlapAdd(frames[b*per:(b+1)*per], per/d.Config.NFFT, w.wave)
+	}
+	return nil
 }
 
 // stageNames are the debug outputs of a decode program (names of the golden stages).

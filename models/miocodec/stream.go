@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/voxpipe/voxpipe/engine"
 )
 
 // StatsMode is how a Stream's GroupNorms get their statistics.
@@ -201,23 +203,60 @@ func (s *Stream) right(w int) int {
 	return min(s.o.Ramp[w], s.o.RightContext)
 }
 
-// decodeWindow decodes window s.window and appends its final samples to s.out.
-func (s *Stream) decodeWindow(flushing bool) error {
-	n := len(s.tokens)
-	core0, core1 := s.core(s.window)
+// windowPlan is the program plan and the token range [start, end) of window w when the
+// stream holds n tokens, and the window's core [core0, core1).
+func (s *Stream) windowPlan(w, n int) (pl plan, start, end, core0, core1 int) {
+	core0, core1 = s.core(w)
 	core1 = min(core1, n)
-	start := max(0, core0-s.o.LeftContext)
-	end := min(n, core1+s.right(s.window))
-	last := core1 == n && flushing
-	pl := s.d.tokenPlan(end - start)
+	start = max(0, core0-s.o.LeftContext)
+	end = min(n, core1+s.right(w))
+	pl = s.d.tokenPlan(end - start)
 	switch s.o.Stats {
 	case StatsRunning:
 		pl.gn, pl.newFrom, pl.coreEnd = gnRunning, core0-start, core1-start
 	case StatsFrozen:
 		pl.gn = gnFrozen
 	}
-	var err error
-	s.wave, err = s.d.run(pl, s.tokens[start:end], s.global, &s.io, s.wave[:0])
+	return pl, start, end, core0, core1
+}
+
+// Warm compiles the program of the steady windows of streams with options o (those after
+// the ramp, which streams decoding at once share) for every batch size up to streams that
+// has none yet, so that the first run of a size does not stall its streams on compiling.
+// Call it when the streams decoding at once reach a new count.
+func (d *Decoder) Warm(o StreamOptions, streams int) error {
+	s, err := d.NewStream(make([]float32, d.CondDim), o)
+	if err != nil {
+		return err
+	}
+	o = s.o
+	w := len(o.Ramp) + (o.LeftContext+o.Core-1)/o.Core + 1 // a whole left context before its core
+	_, end := s.core(w)
+	pl, _, _, _, _ := s.windowPlan(w, end+o.RightContext)
+	for b := 1; b <= min(streams, MaxBatch); b *= 2 {
+		pl.batch = b
+		d.mu.Lock()
+		if d.cache == nil {
+			d.mu.Unlock()
+			return fmt.Errorf("miocodec: decoder is closed")
+		}
+		_, err := d.cache.Get(pl.key(), func() (*engine.Graph, error) { return d.build(pl) })
+		d.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("miocodec: warm a batch of %d windows: %w", b, err)
+		}
+	}
+	return nil
+}
+
+// decodeWindow decodes window s.window and appends its final samples to s.out.
+func (s *Stream) decodeWindow(flushing bool) error {
+	n := len(s.tokens)
+	pl, start, end, core0, core1 := s.windowPlan(s.window, n)
+	last := core1 == n && flushing
+	w := window{tokens: s.tokens[start:end], global: s.global, io: &s.io, wave: s.wave[:0]}
+	err := s.d.decodeQueued(pl, &w)
+	s.wave = w.wave
 	if err != nil {
 		return fmt.Errorf("miocodec: stream window %d (tokens %d..%d): %w", s.window, start, end, err)
 	}

@@ -11,34 +11,48 @@ import (
 type builder struct {
 	g      *engine.Graph
 	consts *constants
-	dbg    bool // stage outputs for the golden checks
+	dbg    bool  // stage outputs for the golden checks
+	batch  int64 // streams stacked in the graph (0: one)
 }
 
-// transformer runs a MioCodec Transformer on x [T, dim] (time-major). cond is SiLU(c)
-// [1, condDim] for AdaLN-Zero modules, nil otherwise; tag names its debug outputs.
+// streams is the number of streams whose rows the graph stacks.
+func (b *builder) streams() int64 { return max(b.batch, 1) }
+
+// transformer runs a MioCodec Transformer on x [B·T, dim] (time-major, the B streams' rows
+// stacked). cond is SiLU(c) [B, condDim] for AdaLN-Zero modules, nil otherwise; tag names
+// its debug outputs.
 func (b *builder) transformer(name, tag string, w *transformer, c TransformerConfig, x engine.Tensor, cond *engine.Tensor) engine.Tensor {
 	g := b.g
-	T, dim := x.Dim(0), x.Dim(1)
+	B := b.streams()
+	T, dim := x.Dim(0)/B, x.Dim(1)
 	H := int64(c.Heads)
 	hd := dim / H
 	pos := g.Slice(g.Persistent(b.consts.positions(T)), 0, 0, T)
 	theta := float32(c.RopeTheta)
 	const eps = 1e-5
 
-	// adaParams splits Linear(SiLU(c)) into n chunks of dim ([1, dim] each).
+	// adaParams splits Linear(SiLU(c)) into n chunks of dim ([B, 1, dim] each: one row per
+	// stream, broadcast over its frames).
 	adaParams := func(a *adaNorm, n int) []engine.Tensor {
 		p := a.Proj.Forward(g, *cond)
 		out := make([]engine.Tensor, n)
 		for i := range out {
-			out[i] = g.Slice(p, 1, int64(i)*dim, int64(i+1)*dim)
+			out[i] = g.Reshape(g.Slice(p, 1, int64(i)*dim, int64(i+1)*dim), B, 1, dim)
 		}
 		return out
 	}
+	// perStream applies f to the [B, T, dim] view of rows h [B·T, dim].
+	perStream := func(h engine.Tensor, f func(engine.Tensor) engine.Tensor) engine.Tensor {
+		return g.Reshape(f(g.Reshape(h, B, T, dim)), B*T, dim)
+	}
 	modulate := func(h, shift, scale engine.Tensor) engine.Tensor {
-		return g.Add(g.Mul(h, g.Scale(scale, 1, 1)), shift)
+		return perStream(h, func(h engine.Tensor) engine.Tensor { return g.Add(g.Mul(h, g.Scale(scale, 1, 1)), shift) })
+	}
+	gate := func(h, gate engine.Tensor) engine.Tensor {
+		return perStream(h, func(h engine.Tensor) engine.Tensor { return g.Mul(h, gate) })
 	}
 	heads := func(y engine.Tensor) engine.Tensor {
-		return g.Permute(g.Reshape(y, 1, T, H, hd), 0, 2, 1, 3)
+		return g.Permute(g.Reshape(y, B, T, H, hd), 0, 2, 1, 3)
 	}
 	for i := range w.Layers {
 		l := &w.Layers[i]
@@ -57,10 +71,10 @@ func (b *builder) transformer(name, tag string, w *transformer, c TransformerCon
 		k := g.RoPE(heads(l.K.Forward(g, h)), pos, hd, engine.RoPEInterleaved, theta)
 		v := heads(l.V.Forward(g, h))
 		att := b.windowAttention(q, k, v, c.HalfWindow, float32(1/math.Sqrt(float64(hd))))
-		att = g.Reshape(g.Permute(att, 0, 2, 1, 3), T, dim)
+		att = g.Reshape(g.Permute(att, 0, 2, 1, 3), B*T, dim)
 		o := l.O.Forward(g, att)
 		if cond != nil {
-			o = g.Mul(o, gateA)
+			o = gate(o, gateA)
 		}
 		x = g.Add(x, o)
 
@@ -72,7 +86,7 @@ func (b *builder) transformer(name, tag string, w *transformer, c TransformerCon
 		f := g.Mul(g.SiLU(l.W1.Forward(g, h)), l.W3.Forward(g, h))
 		f = l.W2.Forward(g, f)
 		if cond != nil {
-			f = g.Mul(f, gateF)
+			f = gate(f, gateF)
 		}
 		x = g.Add(x, f)
 		if i == 0 {
@@ -95,7 +109,7 @@ func (b *builder) transformer(name, tag string, w *transformer, c TransformerCon
 // attnBlock is the query block of windowed attention on long sequences (0: never block).
 var attnBlock int64 = 64
 
-// windowAttention is softmax(q·kᵀ·scale + mask)·v for q, k, v [1, H, T, D] with keys
+// windowAttention is softmax(q·kᵀ·scale + mask)·v for q, k, v [B, H, T, D] with keys
 // within ±half of the query visible. Long sequences go in query blocks, each against the
 // keys its window can reach, so the cost grows with T·window instead of T².
 func (b *builder) windowAttention(q, k, v engine.Tensor, half int, scale float32) engine.Tensor {

@@ -41,6 +41,7 @@ type TTS struct {
 	// already out has played. nil: DefaultRamp; empty: no ramp.
 	Ramp    []int
 	codecID string
+	pieces  atomic.Int32 // pieces speaking now (their codec streams decode together)
 }
 
 // DefaultRamp starts audio after 8 tokens (4 + 4 of right context: ~0.1 s of decoding on the
@@ -229,6 +230,13 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	so.Ramp = t.Ramp
 	cs, err := t.Codec.NewStream(emb, so)
 	if err != nil {
+		return err
+	}
+	// The codec batches the windows of the pieces speaking at once: compile the batch size
+	// this many reach before their windows need it (once per size).
+	n := t.pieces.Add(1)
+	defer t.pieces.Add(-1)
+	if err := t.Codec.Warm(so, int(n)); err != nil {
 		return err
 	}
 	codes := make(chan int32, codecAhead)

@@ -159,11 +159,13 @@ func (m *Metrics) Scheduler(s *stream.Scheduler) {
 type DecodeStats struct {
 	Rounds, Steps int64 // decode rounds run, and the stream steps they held
 	Capacity      int   // streams estimated to decode in real time together
+	// CodecRuns, CodecWindows: codec decode runs, and the stream windows they held.
+	CodecRuns, CodecWindows int64
 }
 
 // DecodeBatches exports a language model's batched decoding, read at scrape time: the decode
-// rounds run and the stream steps they held (steps ÷ rounds is the mean batch), and the
-// capacity admission works from.
+// rounds run and the stream steps they held (steps ÷ rounds is the mean batch), the
+// capacity admission works from, and the codec's runs and the stream windows they held.
 func (m *Metrics) DecodeBatches(model string, stats func() DecodeStats) {
 	labels := prometheus.Labels{"model": model}
 	m.reg.MustRegister(
@@ -176,6 +178,12 @@ func (m *Metrics) DecodeBatches(model string, stats func() DecodeStats) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_decode_capacity_streams", ConstLabels: labels,
 			Help: "Streams the model is estimated to decode in real time together, from its measured round times; admission takes no more (and no more than the slots)."},
 			func() float64 { return float64(stats().Capacity) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_codec_runs_total", ConstLabels: labels,
+			Help: "Codec decode runs: one program for the stream windows of one shape that were due together."},
+			func() float64 { return float64(stats().CodecRuns) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "voxpipe_codec_windows_total", ConstLabels: labels,
+			Help: "Stream windows decoded in those runs; divided by the runs, the mean batch size."},
+			func() float64 { return float64(stats().CodecWindows) }),
 	)
 }
 

@@ -43,7 +43,9 @@ func TestMetrics(t *testing.T) {
 	m.Rejected("miotts", "busy")
 	a := stream.NewAdmission(3, time.Second)
 	m.Admission("miotts", a)
-	m.DecodeBatches("miotts", func() DecodeStats { return DecodeStats{Rounds: 3, Steps: 7, Capacity: 2} })
+	m.DecodeBatches("miotts", func() DecodeStats {
+		return DecodeStats{Rounds: 3, Steps: 7, Capacity: 2, CodecRuns: 5, CodecWindows: 8}
+	})
 	m.VCBatches("meanvc2-120ms", func() VCBatchStats {
 		return VCBatchStats{ASRBatches: 4, ASRWindows: 9, StepBatches: 5, Steps: 11, Busy: 1500 * time.Millisecond}
 	})
@@ -72,6 +74,8 @@ func TestMetrics(t *testing.T) {
 		`voxpipe_decode_rounds_total{model="miotts"} 3`,
 		`voxpipe_decode_steps_total{model="miotts"} 7`,
 		`voxpipe_decode_capacity_streams{model="miotts"} 2`,
+		`voxpipe_codec_runs_total{model="miotts"} 5`,
+		`voxpipe_codec_windows_total{model="miotts"} 8`,
 		`voxpipe_vc_batches_total{model="meanvc2-120ms",stage="asr"} 4`,
 		`voxpipe_vc_batched_total{model="meanvc2-120ms",stage="asr"} 9`,
 		`voxpipe_vc_batches_total{model="meanvc2-120ms",stage="step"} 5`,
