@@ -12,7 +12,6 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
-	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 	"github.com/voxpipe/voxpipe/internal/vulkantest"
 )
 
@@ -117,22 +116,12 @@ func TestBatchedWindowsMatchAlone(t *testing.T) {
 // (within float32 rounding: the shaders' reductions are not bound to one order).
 func TestBatchedWindowsVulkan(t *testing.T) {
 	vulkantest.Require(t)
-	r := paritytest.Open(t, "miocodec")
 	be, err := engine.NewVulkan(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer be.Close()
-	m, err := gguf.OpenModel(r.ModelPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	d, err := LoadDecoder(m, be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	t.Cleanup(be.Close) // after the decoder's cleanup
+	r, d := loadTestDecoderOn(t, be)
 	long, global := longCase(t, r)
 	checkBatchedWindows(t, d, long, global, []int{3}, false, 1e-5)
 }

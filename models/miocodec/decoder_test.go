@@ -16,12 +16,18 @@ func testThreads() int { return min(2, runtime.NumCPU()) }
 
 func loadTestDecoder(t testing.TB) (*parity.Run, *Decoder) {
 	t.Helper()
-	r := paritytest.Open(t, "miocodec")
 	be, err := engine.NewCPU(testThreads())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(be.Close)
+	return loadTestDecoderOn(t, be)
+}
+
+// loadTestDecoderOn loads the golden decoder on be.
+func loadTestDecoderOn(t testing.TB, be engine.Backend) (*parity.Run, *Decoder) {
+	t.Helper()
+	r := paritytest.Open(t, "miocodec")
 	m, err := gguf.OpenModel(r.ModelPath())
 	if err != nil {
 		t.Fatal(err)
