@@ -83,11 +83,6 @@ func (m *Model) BatchStats() BatchStats {
 // n ≤ 0 or > MaxBatch: MaxBatch, the default). For comparisons: the outputs are the same.
 func (m *Model) SetBatchLimit(n int) { m.batch.queue.SetLimit(n) }
 
-// newQueue makes the model's batch queue.
-func (m *Model) newQueue() {
-	m.batch.queue = batcher.New[batchKey](MaxBatch, m.runBatch)
-}
-
 // run queues j and returns once it has run (in a batch with other streams' jobs like it).
 func (m *Model) run(j *job) error {
 	k := batchKey{kind: j.kind, key: j.key}

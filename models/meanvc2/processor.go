@@ -11,6 +11,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/internal/batcher"
 	"github.com/voxpipe/voxpipe/internal/embcache"
 	"github.com/voxpipe/voxpipe/models/conformer"
 	"github.com/voxpipe/voxpipe/models/ecapa"
@@ -122,7 +123,7 @@ func loadFromModel(f *gguf.Model, b Backends) (*Model, error) {
 		return nil, fmt.Errorf("meanvc2: load: not a complete MeanVC2 file: no tensors in namespace(s) %v (it has %v)", missing, f.Namespaces())
 	}
 	m := &Model{Config: cfg, backend: backend}
-	m.newQueue()
+	m.batch.queue = batcher.New[batchKey](MaxBatch, m.runBatch)
 	m.speakerExec = &m.exec
 	if speaker != backend {
 		m.speakerExec = &m.speakerMu

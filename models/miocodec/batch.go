@@ -3,8 +3,6 @@ package miocodec
 import (
 	"fmt"
 	"sync/atomic"
-
-	"github.com/voxpipe/voxpipe/internal/batcher"
 )
 
 // The streams of a Decoder decode their windows through its batch queue (internal/batcher):
@@ -74,8 +72,4 @@ func (d *Decoder) runGuarded(ws []*window) (err error) {
 		}
 	}()
 	return d.runWindows(ws[0].pl, ws)
-}
-
-func newQueue(d *Decoder) *batcher.Queue[plan, *window] {
-	return batcher.New[plan](MaxBatch, d.runQueued)
 }

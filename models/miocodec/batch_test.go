@@ -303,22 +303,22 @@ func BenchmarkWindowsBatched(b *testing.B) {
 func TestWarm(t *testing.T) {
 	_, d := loadTestDecoder(t)
 	o := StreamOptions{Ramp: []int{4, 8}}
+	s, err := d.NewStream(make([]float32, d.CondDim), o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	before := d.cache.Len()
-	if err := d.Warm(o, 5); err != nil {
+	if err := s.Warm(5); err != nil {
 		t.Fatal(err)
 	}
 	if got := d.cache.Len() - before; got != 3 { // batches of 1, 2 and 4
 		t.Errorf("Warm for 5 streams compiled %d programs, want 3", got)
 	}
-	if err := d.Warm(o, 4); err != nil {
+	if err := s.Warm(4); err != nil {
 		t.Fatal(err)
 	}
 	if got := d.cache.Len() - before; got != 3 {
 		t.Errorf("a second Warm compiled again (%d programs)", got)
-	}
-	s, err := d.NewStream(make([]float32, d.CondDim), o)
-	if err != nil {
-		t.Fatal(err)
 	}
 	pl, _, _, _, _ := s.windowPlan(5, 1000) // a steady window
 	for _, b := range []int{1, 2, 4} {

@@ -197,7 +197,7 @@ func LoadDecoder(m *gguf.Model, backend engine.Backend) (*Decoder, error) {
 		return fallback
 	}
 	d := &Decoder{Config: cfg, backend: backend, fsq: newFSQ(cfg.Levels)}
-	d.queue = newQueue(d)
+	d.queue = batcher.New[plan](MaxBatch, d.runQueued)
 	P := dim("wave_prenet.layers.0.attention.wq.weight", 0, cfg.WavePrenet.Dim)
 	D := dim("wave_prenet.output_proj.weight", 0, cfg.WaveDecoderDim)
 	cond := dim("wave_decoder.layers.0.attention_norm.condition_proj.1.weight", 1, cfg.WaveDecoder.CondDim)
@@ -350,12 +350,8 @@ func (b *builder) debug(name string, x engine.Tensor) {
 	}
 }
 
-// cf2tm is the time-major rows [B·T, C] of a channels-first [B, C, T] tensor (a view when
-// B is 1).
+// cf2tm is the time-major rows [B·T, C] of a channels-first [B, C, T] tensor.
 func (dg *decodeGraph) cf2tm(x engine.Tensor) engine.Tensor {
-	if x.Dim(0) == 1 {
-		return dg.g.Transpose(dg.g.Reshape(x, x.Dim(1), x.Dim(2)), 0, 1)
-	}
 	return dg.g.Reshape(dg.g.Transpose(x, 1, 2), x.Dim(0)*x.Dim(2), x.Dim(1))
 }
 
@@ -562,12 +558,9 @@ func (d *Decoder) runWindows(pl plan, ws []*window) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.cache == nil {
-		return fmt.Errorf("miocodec: decoder is closed")
-	}
-	prog, err := d.cache.Get(pl.key(), func() (*engine.Graph, error) { return d.build(pl) })
+	prog, err := d.program(pl)
 	if err != nil {
-		return fmt.Errorf("miocodec: decode program: %w", err)
+		return err
 	}
 	tokens, global := prog.InputInt32("tokens"), prog.Input("global")
 	for b, w := range ws {
@@ -641,6 +634,18 @@ func (d *Decoder) runWindows(pl plan, ws []*window) error {
 		w.wave = d.overlapAdd(frames[b*per:(b+1)*per], per/d.Config.NFFT, w.wave)
 	}
 	return nil
+}
+
+// program is pl's compiled program (compiled now if it is not cached). d.mu is held.
+func (d *Decoder) program(pl plan) (engine.Program, error) {
+	if d.cache == nil {
+		return nil, fmt.Errorf("miocodec: decoder is closed")
+	}
+	prog, err := d.cache.Get(pl.key(), func() (*engine.Graph, error) { return d.build(pl) })
+	if err != nil {
+		return nil, fmt.Errorf("miocodec: decode program: %w", err)
+	}
+	return prog, nil
 }
 
 // stageNames are the debug outputs of a decode program (names of the golden stages).

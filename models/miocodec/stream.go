@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-
-	"github.com/voxpipe/voxpipe/engine"
 )
 
 // StatsMode is how a Stream's GroupNorms get their statistics.
@@ -220,28 +218,20 @@ func (s *Stream) windowPlan(w, n int) (pl plan, start, end, core0, core1 int) {
 	return pl, start, end, core0, core1
 }
 
-// Warm compiles the program of the steady windows of streams with options o (those after
-// the ramp, which streams decoding at once share) for every batch size up to streams that
-// has none yet, so that the first run of a size does not stall its streams on compiling.
-// Call it when the streams decoding at once reach a new count.
-func (d *Decoder) Warm(o StreamOptions, streams int) error {
-	s, err := d.NewStream(make([]float32, d.CondDim), o)
-	if err != nil {
-		return err
-	}
-	o = s.o
+// Warm compiles the program of the stream's steady windows (those after the ramp, which
+// streams with the same options share) for every batch size up to streams that has none
+// yet, so that the first run of a size does not stall its streams on compiling. Call it
+// when the streams decoding at once reach a new count.
+func (s *Stream) Warm(streams int) error {
+	o := s.o
 	w := len(o.Ramp) + (o.LeftContext+o.Core-1)/o.Core + 1 // a whole left context before its core
 	_, end := s.core(w)
 	pl, _, _, _, _ := s.windowPlan(w, end+o.RightContext)
 	for b := 1; b <= min(streams, MaxBatch); b *= 2 {
 		pl.batch = b
-		d.mu.Lock()
-		if d.cache == nil {
-			d.mu.Unlock()
-			return fmt.Errorf("miocodec: decoder is closed")
-		}
-		_, err := d.cache.Get(pl.key(), func() (*engine.Graph, error) { return d.build(pl) })
-		d.mu.Unlock()
+		s.d.mu.Lock()
+		_, err := s.d.program(pl)
+		s.d.mu.Unlock()
 		if err != nil {
 			return fmt.Errorf("miocodec: warm a batch of %d windows: %w", b, err)
 		}

@@ -236,7 +236,7 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	// this many reach before their windows need it (once per size).
 	n := t.pieces.Add(1)
 	defer t.pieces.Add(-1)
-	if err := t.Codec.Warm(so, int(n)); err != nil {
+	if err := cs.Warm(int(n)); err != nil {
 		return err
 	}
 	codes := make(chan int32, codecAhead)
