@@ -30,10 +30,11 @@ func TestLoopbackMeanVC2(t *testing.T) {
 	}
 	// And once with the model on Vulkan. CI's device is lavapipe, which runs the shaders on
 	// the CPU many times slower than a GPU (or the CPU backend): the early chunks' compute
-	// delays the playout by up to ~200 ms more, which the latency bound allows there.
+	// delays the playout by ~200–300 ms more (303 ms seen on a loaded machine), which the
+	// latency bound allows there.
 	t.Run("meanvc2/vulkan", func(t *testing.T) {
 		vulkantest.Require(t)
-		testLoopbackMeanVC2(t, "meanvc2", func() (engine.Backend, error) { return engine.NewVulkan(0) }, 300*time.Millisecond)
+		testLoopbackMeanVC2(t, "meanvc2", func() (engine.Backend, error) { return engine.NewVulkan(0) }, 400*time.Millisecond)
 	})
 }
 

@@ -35,7 +35,7 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 0, "sampling seed (0: the fixed default, so runs repeat)")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: the model's default)")
 	maxTokens := fs.Int("max-tokens", 0, "speech tokens per sentence group at most (0: the model's default, 700 = 28 s)")
-	ramp := fs.String("ramp", "", "cores of the first codec windows, e.g. 4,8,16 (default; smaller starts audio sooner; \"none\" for whole windows from the start)")
+	ramp := fs.String("ramp", "", "cores of the first codec windows, e.g. 4,8,16 (default 4,6,10,16; smaller starts audio sooner, if tokens come fast enough to keep up: slower ones start later in the ramp; \"none\" for whole windows from the start)")
 	cacheDir := fs.String("voice-cache", defaultVoiceCacheDir(), "directory keeping speaker embeddings between runs (\"\" for none)")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	pos, err := parseInterleaved(fs, args)

@@ -78,20 +78,7 @@ func (d *Decoder) NewStream(global []float32, o StreamOptions) (*Stream, error) 
 	if len(global) != d.CondDim {
 		return nil, fmt.Errorf("miocodec: stream: global embedding of %d values, want %d", len(global), d.CondDim)
 	}
-	if o.Core <= 0 {
-		o.Core = DefaultCore
-	}
-	ctx := func(c int) int {
-		switch {
-		case c == 0:
-			return DefaultContext
-		case c < 0:
-			return 0
-		}
-		return c
-	}
-	o.LeftContext, o.RightContext = ctx(o.LeftContext), ctx(o.RightContext)
-	o.Ramp = slices.Clone(o.Ramp)
+	o = o.withDefaults()
 	for _, c := range o.Ramp {
 		if c <= 0 {
 			return nil, fmt.Errorf("miocodec: stream: ramp core %d is not positive", c)
@@ -107,8 +94,8 @@ func (d *Decoder) NewStream(global []float32, o StreamOptions) (*Stream, error) 
 	// Seams are a core apart and each blend needs its samples on both sides from context.
 	s.half = min(s.half, s.spt, o.Core*s.spt/2, o.LeftContext*s.spt, o.RightContext*s.spt)
 	for w := range o.Ramp {
-		c0, c1 := s.core(w)
-		s.half = min(s.half, (c1-c0)*s.spt/2, s.right(w)*s.spt)
+		c0, c1 := s.o.core(w)
+		s.half = min(s.half, (c1-c0)*s.spt/2, s.o.right(w)*s.spt)
 	}
 	if o.Stats == StatsFrozen && o.Frozen == nil {
 		return nil, fmt.Errorf("miocodec: stream: frozen statistics mode without statistics")
@@ -125,6 +112,35 @@ func (d *Decoder) NewStream(global []float32, o StreamOptions) (*Stream, error) 
 	}
 	s.io.frozen = o.Frozen
 	return s, nil
+}
+
+// withDefaults fills in the zero values (and copies the ramp).
+func (o StreamOptions) withDefaults() StreamOptions {
+	if o.Core <= 0 {
+		o.Core = DefaultCore
+	}
+	ctx := func(c int) int {
+		switch {
+		case c == 0:
+			return DefaultContext
+		case c < 0:
+			return 0
+		}
+		return c
+	}
+	o.LeftContext, o.RightContext = ctx(o.LeftContext), ctx(o.RightContext)
+	o.Ramp = slices.Clone(o.Ramp)
+	return o
+}
+
+// Window is window w's place in the utterance: start is its first emitted token (its audio
+// begins start token periods after the stream's first audio) and need the number of tokens
+// the stream must hold before the window decodes (its core and right context) — what a
+// playout schedule is predicted from.
+func (o StreamOptions) Window(w int) (start, need int) {
+	o = o.withDefaults()
+	start, end := o.core(w)
+	return start, end + o.right(w)
 }
 
 // Options are the stream's settings with the defaults filled in.
@@ -150,7 +166,7 @@ func (s *Stream) Push(tokens []int32) ([]float32, error) {
 	s.tokens = append(s.tokens, tokens...)
 	s.out = s.out[:0]
 	for {
-		if _, end := s.core(s.window); end+s.right(s.window) > len(s.tokens) {
+		if _, end := s.o.core(s.window); end+s.o.right(s.window) > len(s.tokens) {
 			break
 		}
 		if err := s.decodeWindow(false); err != nil {
@@ -165,7 +181,7 @@ func (s *Stream) Push(tokens []int32) ([]float32, error) {
 func (s *Stream) Flush() ([]float32, error) {
 	s.out = s.out[:0]
 	for {
-		if start, _ := s.core(s.window); start >= len(s.tokens) {
+		if start, _ := s.o.core(s.window); start >= len(s.tokens) {
 			break
 		}
 		if err := s.decodeWindow(true); err != nil {
@@ -179,35 +195,35 @@ func (s *Stream) Flush() ([]float32, error) {
 }
 
 // core is window w's core, tokens [start, end): the ramp's cores, then Core each.
-func (s *Stream) core(w int) (start, end int) {
-	for i, c := range s.o.Ramp {
+func (o StreamOptions) core(w int) (start, end int) {
+	for i, c := range o.Ramp {
 		if i == w {
 			return start, start + c
 		}
 		start += c
 	}
-	start += (w - len(s.o.Ramp)) * s.o.Core
-	return start, start + s.o.Core
+	start += (w - len(o.Ramp)) * o.Core
+	return start, start + o.Core
 }
 
 // right is window w's right context in tokens.
-func (s *Stream) right(w int) int {
-	if w >= len(s.o.Ramp) {
-		return s.o.RightContext
+func (o StreamOptions) right(w int) int {
+	if w >= len(o.Ramp) {
+		return o.RightContext
 	}
-	if s.o.RampContext > 0 {
-		return s.o.RampContext
+	if o.RampContext > 0 {
+		return o.RampContext
 	}
-	return min(s.o.Ramp[w], s.o.RightContext)
+	return min(o.Ramp[w], o.RightContext)
 }
 
 // windowPlan is the program plan and the token range [start, end) of window w when the
 // stream holds n tokens, and the window's core [core0, core1).
 func (s *Stream) windowPlan(w, n int) (pl plan, start, end, core0, core1 int) {
-	core0, core1 = s.core(w)
+	core0, core1 = s.o.core(w)
 	core1 = min(core1, n)
 	start = max(0, core0-s.o.LeftContext)
-	end = min(n, core1+s.right(w))
+	end = min(n, core1+s.o.right(w))
 	pl = s.d.tokenPlan(end - start)
 	switch s.o.Stats {
 	case StatsRunning:
@@ -225,7 +241,7 @@ func (s *Stream) windowPlan(w, n int) (pl plan, start, end, core0, core1 int) {
 func (s *Stream) Warm(streams int) error {
 	o := s.o
 	w := len(o.Ramp) + (o.LeftContext+o.Core-1)/o.Core + 1 // a whole left context before its core
-	_, end := s.core(w)
+	_, end := s.o.core(w)
 	pl, _, _, _, _ := s.windowPlan(w, end+o.RightContext)
 	for b := 1; b <= min(streams, MaxBatch); b *= 2 {
 		pl.batch = b

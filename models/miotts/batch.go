@@ -34,17 +34,45 @@ type stepper struct {
 
 	rounds, rows atomic.Int64 // batched steps run, and the stream steps in them
 
-	// tokenGap[b] is the time between a stream's tokens while b streams generate (an
-	// exponential average over every stream's steps, under mu; last measured at gapAt[b]):
-	// the round, the stream's sampling and codec work, the rounds it missed. What admission
-	// predicts capacity from.
-	tokenGap [qwen3.MaxBatch + 1]time.Duration
-	gapAt    [qwen3.MaxBatch + 1]time.Time
+	// tokenGap[b] is the mean time between a stream's tokens while b streams generate (over
+	// every stream's steps in the last gapSpan or two, gapWindow[b]; under mu; last measured
+	// at gapAt[b]): the round, the stream's sampling, the codec runs that held the engine,
+	// the rounds it missed. What admission predicts capacity from.
+	tokenGap  [qwen3.MaxBatch + 1]time.Duration
+	gapAt     [qwen3.MaxBatch + 1]time.Time
+	gapWindow [qwen3.MaxBatch + 1]gapWindow
+
+	playing map[*playout]struct{} // the pieces speaking now (under mu)
 }
 
-// gapAge is how long a measured token gap counts: the machine's other load changes, and a
-// count of streams measured in a busy minute must not refuse streams forever (a forgotten
-// count is probed again, a stream at a time).
+// gapSpan is how long one window of token gaps lasts. The mean must cover whole codec
+// periods: a stream's codec window holds the engine once every 24 tokens (about a second),
+// and the gaps in between are short — a minimum or a short average would see only those.
+const gapSpan = 2 * time.Second
+
+// gapWindow is a mean over the last closed window of gaps and the open one.
+type gapWindow struct {
+	closedSum, sum time.Duration
+	closedN, n     int
+	opened         time.Time
+}
+
+// add counts one gap and returns the mean over both windows.
+func (w *gapWindow) add(gap time.Duration, now time.Time) time.Duration {
+	if w.opened.IsZero() || now.Sub(w.opened) > 2*gapSpan {
+		*w = gapWindow{opened: now} // long unmeasured: start afresh
+	} else if now.Sub(w.opened) >= gapSpan {
+		w.closedSum, w.closedN = w.sum, w.n
+		w.sum, w.n, w.opened = 0, 0, now
+	}
+	w.sum += gap
+	w.n++
+	return (w.closedSum + w.sum) / time.Duration(w.closedN+w.n)
+}
+
+// gapAge is how long a measured token gap of two streams or more counts: the machine's other
+// load changes, and a count of streams measured in a busy minute must not refuse streams
+// forever (a forgotten count is probed again, a stream at a time).
 const gapAge = time.Minute
 
 // BatchStats are the decode rounds run since the model was loaded and the stream steps they
@@ -81,12 +109,13 @@ const (
 // from 2 to 4).
 const gapGrowth = 1.5
 
-// Fits reports whether active+1 streams would generate in real time together, from the token
-// gaps measured in the last gapAge: a count of streams measured must have kept within
-// gapBudget; one stream beyond the most measured is predicted from it (gapGrowth); further
-// than that is refused until the count in between has run (capacity is probed a stream at
-// a time). One stream alone always fits: there is no one to protect, and refusing it would
-// leave nothing to measure.
+// Fits reports whether active+1 streams would generate in real time together: each
+// stream's gap between tokens within gapBudget, and no piece speaking now predicted to fall
+// behind its playout (playout.onTime) at the gap predicted for one stream more. A count of
+// streams measured in the last gapAge is judged by its gap; one stream beyond the most
+// measured is predicted from it (gapGrowth); further than that is refused until the count in
+// between has run (capacity is probed a stream at a time). One stream alone always fits:
+// there is no one to protect, and refusing it would leave nothing to measure.
 func (lm *LM) Fits(active int) bool {
 	st := lm.steps
 	st.mu.Lock()
@@ -99,32 +128,81 @@ func (st *stepper) fits(b int) bool {
 	if b <= 1 || b > qwen3.MaxBatch {
 		return b <= 1
 	}
-	for k := range st.gapAt {
-		if !st.gapAt[k].IsZero() && time.Since(st.gapAt[k]) > gapAge {
-			st.tokenGap[k], st.gapAt[k] = 0, time.Time{}
+	gap, measured := st.predictGap(b)
+	if gap == 0 || gap > gapBudget || (!measured && b > st.mostMeasured()+1) {
+		return false
+	}
+	now := time.Now()
+	for p := range st.playing {
+		if !p.onTime(now, gap) {
+			return false
 		}
 	}
-	most := 0
+	return true
+}
+
+// mostMeasured is the largest count of streams with a fresh gap (0: none); st.mu is held.
+// One stream's gap is kept however old: it refuses no one (one stream always fits), and a
+// piece starting alone after a quiet spell chooses its ramp by it (rampFor).
+func (st *stepper) mostMeasured() int {
+	for k := 2; k < len(st.gapAt); k++ {
+		if !st.gapAt[k].IsZero() && time.Since(st.gapAt[k]) > gapAge {
+			st.tokenGap[k], st.gapAt[k], st.gapWindow[k] = 0, time.Time{}, gapWindow{}
+		}
+	}
 	for k := qwen3.MaxBatch; k > 0; k-- {
 		if st.tokenGap[k] > 0 {
-			most = k
-			break
+			return k
 		}
 	}
-	switch {
-	case most == 0:
-		return false // b ≥ 2 with nothing measured: one stream first
-	case b > most+1:
-		return false
-	case b == most+1:
-		return time.Duration(float64(st.tokenGap[most])*gapGrowth) <= gapBudget
+	return 0
+}
+
+// predictGap is the gap between a stream's tokens while b streams generate: the measured
+// one, else the nearest measured larger count's (gaps grow with b), else the most measured
+// one's grown by gapGrowth a stream; 0 when nothing is measured. measured tells whether it
+// came from b or more streams. st.mu is held.
+func (st *stepper) predictGap(b int) (gap time.Duration, measured bool) {
+	b = min(max(b, 1), qwen3.MaxBatch)
+	most := st.mostMeasured()
+	if most == 0 {
+		return 0, false
 	}
-	for k := b; k <= most; k++ { // the nearest measured count at least b: gaps grow with b
+	for k := b; k <= most; k++ {
 		if st.tokenGap[k] > 0 {
-			return st.tokenGap[k] <= gapBudget
+			return st.tokenGap[k], true
 		}
 	}
-	return false
+	gap = st.tokenGap[most]
+	for range b - most {
+		gap = time.Duration(float64(gap) * gapGrowth)
+	}
+	return gap, false
+}
+
+// PredictGap is the gap between a stream's tokens predicted for b streams generating
+// together (0: nothing measured yet).
+func (lm *LM) PredictGap(b int) time.Duration {
+	st := lm.steps
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	gap, _ := st.predictGap(b)
+	return gap
+}
+
+// play registers a speaking piece for admission to protect; the returned func removes it.
+func (st *stepper) play(p *playout) (done func()) {
+	st.mu.Lock()
+	if st.playing == nil {
+		st.playing = map[*playout]struct{}{}
+	}
+	st.playing[p] = struct{}{}
+	st.mu.Unlock()
+	return func() {
+		st.mu.Lock()
+		delete(st.playing, p)
+		st.mu.Unlock()
+	}
 }
 
 // stepReq is one stream's step: its session and token in, the logits (or error) out.
@@ -192,23 +270,15 @@ func (st *stepper) step(r *stepReq, sess *qwen3.Session, id int32) ([]float32, e
 }
 
 // noteGap adds one stream's time between two tokens to the figure for the streams now
-// generating.
+// generating. Every gap counts in full — compiles and codec runs included — since the
+// streams' playout pays for them all.
 func (st *stepper) noteGap(gap time.Duration) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	b := min(max(st.active, 1), qwen3.MaxBatch)
-	// A round that compiled its program (a new set of streams or cache length) takes tens
-	// of ms more: a shorter gap replaces the estimate at once, a much longer one counts
-	// only a little.
-	switch c := &st.tokenGap[b]; {
-	case *c == 0 || gap < *c:
-		*c = gap
-	case gap < *c*3/2:
-		*c += (gap - *c) / 8
-	default:
-		*c += (gap - *c) / 32
-	}
-	st.gapAt[b] = time.Now()
+	now := time.Now()
+	st.tokenGap[b] = st.gapWindow[b].add(gap, now)
+	st.gapAt[b] = now
 }
 
 // loop runs rounds while streams are generating.

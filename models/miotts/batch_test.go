@@ -142,11 +142,61 @@ func TestFitsFromTokenGaps(t *testing.T) {
 	if lm.Fits(qwen3.MaxBatch) {
 		t.Error("more than MaxBatch streams fit")
 	}
-	// Old measurements are forgotten: capacity is probed again from one stream.
+	// Old measurements are forgotten: capacity is probed again from one stream, whose gap
+	// is kept (10 ms: 2 streams predicted at 15 ms).
 	for k := range lm.steps.gapAt {
 		lm.steps.gapAt[k] = now.Add(-2 * gapAge)
 	}
-	check("all measurements stale", []bool{true, false})
+	check("all measurements stale", []bool{true, true, false})
+	if lm.steps.tokenGap[4] != 0 || lm.steps.tokenGap[1] != 10*ms {
+		t.Errorf("stale gaps: 1 stream %v (kept), 4 streams %v (forgotten)", lm.steps.tokenGap[1], lm.steps.tokenGap[4])
+	}
+}
+
+// TestTokenGapIsMean: the gap admission judges by is the mean over whole codec periods. A
+// stream whose tokens come 20 ms apart except for one 200 ms codec run every 24 tokens gives
+// 27.5 ms a token, not the 20 ms most gaps show; windows older than two spans drop out.
+func TestTokenGapIsMean(t *testing.T) {
+	var w gapWindow
+	ms := time.Millisecond
+	t0 := time.Now()
+	var mean time.Duration
+	for i := range 96 {
+		gap := 20 * ms
+		if i%24 == 23 {
+			gap = 200 * ms
+		}
+		mean = w.add(gap, t0)
+	}
+	if mean != 27500*time.Microsecond {
+		t.Errorf("mean gap %v over 4 codec periods, want 27.5ms", mean)
+	}
+	// A span later the window closes and a new one opens: both count.
+	if got := w.add(40*ms, t0.Add(gapSpan)); got != (96*27500*time.Microsecond+40*ms)/97 {
+		t.Errorf("after one span: %v", got)
+	}
+	// Another span later the first window drops out.
+	if got := w.add(60*ms, t0.Add(2*gapSpan)); got != 50*ms {
+		t.Errorf("after two spans: %v, want the last two windows' 50ms", got)
+	}
+	// A long pause starts afresh.
+	if got := w.add(10*ms, t0.Add(10*gapSpan)); got != 10*ms {
+		t.Errorf("after a pause: %v, want 10ms", got)
+	}
+
+	// Through the stepper: the estimate for the streams now generating.
+	st := newStepper(nil)
+	st.active = 2
+	for i := range 48 {
+		gap := 20 * ms
+		if i%24 == 23 {
+			gap = 200 * ms
+		}
+		st.noteGap(gap)
+	}
+	if st.tokenGap[2] != 27500*time.Microsecond || st.tokenGap[1] != 0 {
+		t.Errorf("tokenGap[1], [2] = %v, %v; want 0 and 27.5ms", st.tokenGap[1], st.tokenGap[2])
+	}
 }
 
 // BenchmarkJoinStall measures what a joining stream's prefill costs the streams already

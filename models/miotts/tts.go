@@ -46,9 +46,10 @@ type TTS struct {
 
 // DefaultRamp starts audio after 8 tokens (4 + 4 of right context: ~0.1 s of decoding on the
 // real 0.6B model) and grows the windows 4, 6, 10, 16, then 24: each window needs only a few
-// more tokens than the audio already out lasts, so at the real model's speed (~15 ms a token
-// with the codec interleaved, 2.7× real time) the stream never runs dry after its first
-// audio. Early cores see less future than later ones.
+// more tokens than the audio already out lasts, so at up to ~20 ms a token (2× real time) the
+// stream never runs dry after its first audio. A piece whose tokens will come slower (a
+// slower machine, streams sharing the model) starts later in the ramp (rampFor). Early cores
+// see less future than later ones.
 var DefaultRamp = []int{4, 6, 10, 16}
 
 // Options configure Load.
@@ -152,6 +153,9 @@ type Stats struct {
 	Decode       time.Duration // LM decode steps
 	Codec        time.Duration // codec windows
 	CodecSamples int
+	// RampSkipped counts the ramp windows the pieces left out because the model was shared
+	// and their early windows would have come late (rampFor).
+	RampSkipped int
 }
 
 // Synthesize speaks req.Text, calling out with audio as soon as each codec window is
@@ -226,16 +230,22 @@ const codecAhead = 64
 // runs on a goroutine of its own, so a window it decodes does not hold up the stream's next
 // decode step (a stream late to a batched round waits for the next one).
 func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen GenOptions, st *Stats, out func([]float32, bool) error) error {
+	// The ramp's early audio needs tokens faster than real time: with other streams sharing
+	// the model, a piece starts later in its ramp (or after a whole window) so that it does
+	// not fall behind its own playout.
+	n := t.pieces.Add(1)
+	defer t.pieces.Add(-1)
 	so := t.Stream
-	so.Ramp = t.Ramp
+	so.Ramp = rampFor(t.Ramp, so, t.LM.PredictGap(int(n)))
 	cs, err := t.Codec.NewStream(emb, so)
 	if err != nil {
 		return err
 	}
+	st.RampSkipped += len(t.Ramp) - len(so.Ramp)
+	play := newPlayout(cs.Options())
+	defer t.LM.steps.play(play)()
 	// The codec batches the windows of the pieces speaking at once: compile the batch size
 	// this many reach before their windows need it (once per size).
-	n := t.pieces.Add(1)
-	defer t.pieces.Add(-1)
 	if err := cs.Warm(int(n)); err != nil {
 		return err
 	}
@@ -254,6 +264,9 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 				t0 := time.Now()
 				audio, err := cs.Push(one[:])
 				st.Codec += time.Since(t0)
+				if len(audio) > 0 {
+					play.first.CompareAndSwap(0, time.Now().UnixNano())
+				}
 				st.CodecSamples += len(audio)
 				if err == nil {
 					err = out(audio, false)
@@ -270,6 +283,7 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 		if failed.Load() {
 			return errCodecStopped
 		}
+		play.generated.Add(1)
 		select {
 		case codes <- code:
 			return nil

@@ -1,0 +1,165 @@
+package miotts
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/voxpipe/voxpipe/models/miocodec"
+)
+
+// TestPlayoutSlack: a piece's predicted slack from its windows (default 24-token cores, 16
+// tokens of context) and its progress.
+func TestPlayoutSlack(t *testing.T) {
+	ms := time.Millisecond
+	now := time.Now()
+	p := newPlayout(miocodec.StreamOptions{Core: 24})
+	// No ramp, nothing generated: the first audio when 40 tokens are in; the second window
+	// needs 64, and its audio is due 24 token periods (960 ms) after the first.
+	if got, want := p.slack(now, 30*ms), 960*ms-24*30*ms; got != want {
+		t.Errorf("slack at 30 ms a token: %v, want %v", got, want)
+	}
+	// First audio out 500 ms ago with 50 tokens generated: the next window (need 64) is
+	// ready in 14 gaps, due 460 ms from now.
+	p.generated.Store(50)
+	p.first.Store(now.Add(-500 * ms).UnixNano())
+	if got, want := p.slack(now, 20*ms), 460*ms-14*20*ms; got != want {
+		t.Errorf("slack mid-stream: %v, want %v", got, want)
+	}
+	if !p.onTime(now, 20*ms) || p.onTime(now, 50*ms) {
+		t.Error("onTime disagrees with the slack")
+	}
+
+	// The default ramp: its second window (core 6 from token 4, right context 6) needs 16
+	// tokens and plays 4 token periods after the first audio, which comes at token 8.
+	r := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp})
+	if got, want := r.slack(now, 10*ms), 4*40*ms-8*10*ms; got > want {
+		t.Errorf("ramp slack %v, want at most %v", got, want)
+	}
+	if s := r.slack(now, 5*ms); s <= 0 {
+		t.Errorf("the ramp at 5 ms a token (8× real time) is late: %v", s)
+	}
+}
+
+// TestRampFor: a lone fast stream keeps the whole ramp; slower ones start later in it, and
+// at near real time the first audio waits for a whole window.
+func TestRampFor(t *testing.T) {
+	ms := time.Millisecond
+	o := miocodec.StreamOptions{}
+	if got := rampFor(DefaultRamp, o, 0); !slices.Equal(got, DefaultRamp) {
+		t.Errorf("nothing measured: %v", got)
+	}
+	if got := rampFor(DefaultRamp, o, 10*ms); !slices.Equal(got, DefaultRamp) {
+		t.Errorf("10 ms a token: %v, want the whole ramp", got)
+	}
+	if got := rampFor(DefaultRamp, o, 35*ms); len(got) != 0 {
+		t.Errorf("35 ms a token: %v, want no ramp", got)
+	}
+	prev := len(DefaultRamp)
+	for gap := 10 * ms; gap <= 36*ms; gap += 2 * ms {
+		got := rampFor(DefaultRamp, o, gap)
+		if len(got) > prev {
+			t.Errorf("%v a token: ramp %v is longer than at a shorter gap", gap, got)
+		}
+		prev = len(got)
+		o.Ramp = got
+		if !newPlayout(o).onTime(time.Now(), gap) && len(got) > 0 {
+			t.Errorf("%v a token: the chosen ramp %v is late", gap, got)
+		}
+	}
+}
+
+// TestFitsProtectsPlayout: a measured gap within the budget still refuses a stream while a
+// piece speaking now would fall behind its playout at the gap one more stream brings.
+func TestFitsProtectsPlayout(t *testing.T) {
+	ms := time.Millisecond
+	lm := &LM{steps: newStepper(nil)}
+	now := time.Now()
+	lm.steps.tokenGap[1], lm.steps.gapAt[1] = 12*ms, now
+	lm.steps.tokenGap[2], lm.steps.gapAt[2] = 30*ms, now
+	if !lm.Fits(1) {
+		t.Fatal("2 streams at 30 ms do not fit with no piece speaking")
+	}
+	// A piece just past its first audio in the default ramp: at 30 ms a token its next
+	// windows come late.
+	p := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp})
+	p.generated.Store(8)
+	p.first.Store(now.UnixNano())
+	done := lm.steps.play(p)
+	if lm.Fits(1) {
+		t.Error("a second stream fits while the first piece's ramp needs it alone")
+	}
+	if c := lm.BatchStats().Capacity; c != 1 {
+		t.Errorf("capacity %d while the ramp runs, want 1", c)
+	}
+	// Well into its steady windows, 100 tokens in the 2 s since its first audio (its next
+	// window, from token 84, plays 1.36 s from now), it can share.
+	p.generated.Store(100)
+	p.first.Store(now.Add(-2 * time.Second).UnixNano())
+	if !lm.Fits(1) {
+		t.Errorf("a piece with lead (slack %v) still refuses a second stream", p.slack(time.Now(), 30*ms))
+	}
+	done()
+	p.generated.Store(8)
+	p.first.Store(now.UnixNano())
+	if !lm.Fits(1) {
+		t.Error("a piece that ended still refuses streams")
+	}
+}
+
+// TestSynthesizeRampFollowsMeasuredGap: a piece that will get a token every 30 ms (measured
+// for one stream) skips the ramp windows it could not keep: its first audio is the 16-token
+// window, and its audio is the codec stream's with that ramp.
+func TestSynthesizeRampFollowsMeasuredGap(t *testing.T) {
+	tts, clip, rate := loadGoldenTTS(t)
+	st := tts.LM.steps
+	st.mu.Lock()
+	st.tokenGap[1], st.gapAt[1] = 30*time.Millisecond, time.Now()
+	st.mu.Unlock()
+	want := rampFor(DefaultRamp, miocodec.StreamOptions{}, 30*time.Millisecond)
+	if !slices.Equal(want, []int{16}) {
+		t.Fatalf("ramp at 30 ms a token %v, want [16]", want)
+	}
+	req := Request{Text: "Hello there, streaming world.", Clip: clip, Rate: rate, Gen: GenOptions{Seed: 3, MaxNew: 60}}
+	var chunks [][]float32
+	stats, err := tts.Synthesize(context.Background(), req, func(c Chunk) error {
+		if len(c.Samples) > 0 {
+			chunks = append(chunks, slices.Clone(c.Samples))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.RampSkipped != len(DefaultRamp)-1 {
+		t.Errorf("%d ramp windows skipped, want %d", stats.RampSkipped, len(DefaultRamp)-1)
+	}
+	spt := tts.Codec.Config.SamplesPerToken()
+	// The first chunk is the 16-token core less the crossfade held back for the seam (the
+	// whole ramp's would be at most 4 tokens).
+	if stats.Tokens < 56 || len(chunks) < 2 || len(chunks[0]) <= 15*spt || len(chunks[0]) > 16*spt {
+		t.Fatalf("%d tokens; first chunk of %d samples, want 15 to 16 tokens' (%d a token)", stats.Tokens, len(chunks[0]), spt)
+	}
+	var codes []int32
+	if _, err := tts.LM.Generate(context.Background(), Normalize(req.Text), req.Gen, func(c int32) error {
+		codes = append(codes, c)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	emb, err := tts.Embed(clip, rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := tts.Codec.NewStream(emb, miocodec.StreamOptions{Ramp: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := cs.Push(codes)
+	once := slices.Clone(a)
+	b, _ := cs.Flush()
+	if !slices.Equal(append(once, b...), slices.Concat(chunks...)) {
+		t.Error("the streamed audio differs from the codec stream with the chosen ramp")
+	}
+}
