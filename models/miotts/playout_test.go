@@ -141,25 +141,8 @@ func TestSynthesizeRampFollowsMeasuredGap(t *testing.T) {
 	if stats.Tokens < 56 || len(chunks) < 2 || len(chunks[0]) <= 15*spt || len(chunks[0]) > 16*spt {
 		t.Fatalf("%d tokens; first chunk of %d samples, want 15 to 16 tokens' (%d a token)", stats.Tokens, len(chunks[0]), spt)
 	}
-	var codes []int32
-	if _, err := tts.LM.Generate(context.Background(), Normalize(req.Text), req.Gen, func(c int32) error {
-		codes = append(codes, c)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	emb, err := tts.Embed(clip, rate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := tts.Codec.NewStream(emb, miocodec.StreamOptions{Ramp: want})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := cs.Push(codes)
-	once := slices.Clone(a)
-	b, _ := cs.Flush()
-	if !slices.Equal(append(once, b...), slices.Concat(chunks...)) {
+	_, _, once := streamAtOnce(t, tts, req, want)
+	if !slices.Equal(once, slices.Concat(chunks...)) {
 		t.Error("the streamed audio differs from the codec stream with the chosen ramp")
 	}
 }

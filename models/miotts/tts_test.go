@@ -59,25 +59,7 @@ func TestStreamedEqualsOffline(t *testing.T) {
 		t.Errorf("%d tokens came out in %d chunk(s): not streamed", st.Tokens, chunks)
 	}
 	// The same tokens through the codec stream all at once, and offline.
-	var codes []int32
-	if _, err := tts.LM.Generate(context.Background(), Normalize(req.Text), req.Gen, func(c int32) error {
-		codes = append(codes, c)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	emb, err := tts.Embed(clip, rate)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := tts.Codec.NewStream(emb, miocodec.StreamOptions{Ramp: DefaultRamp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := cs.Push(codes)
-	once := append([]float32(nil), a...)
-	b, _ := cs.Flush()
-	once = append(once, b...)
+	codes, emb, once := streamAtOnce(t, tts, req, DefaultRamp)
 	if !slices.Equal(once, streamed) {
 		t.Error("token-by-token stream differs from the all-at-once stream")
 	}
@@ -95,6 +77,37 @@ func TestStreamedEqualsOffline(t *testing.T) {
 	}
 	t.Logf("%d tokens → %d samples in %d chunks; first audio %v; streamed vs offline: max rel %.3g, rms rel %.3g (random weights: windowed GroupNorm statistics differ, see the miocodec manifest §6)",
 		st.Tokens, len(streamed), chunks, st.FirstAudio, maxd/peak, math.Sqrt(se/so))
+}
+
+// streamAtOnce generates req's tokens again and decodes them through a codec stream with
+// ramp in one push: the tokens, the speaker embedding and the audio.
+func streamAtOnce(t *testing.T, tts *TTS, req Request, ramp []int) ([]int32, []float32, []float32) {
+	t.Helper()
+	var codes []int32
+	if _, err := tts.LM.Generate(context.Background(), Normalize(req.Text), req.Gen, func(c int32) error {
+		codes = append(codes, c)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	emb, err := tts.Embed(req.Clip, req.Rate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := tts.Codec.NewStream(emb, miocodec.StreamOptions{Ramp: ramp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := cs.Push(codes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audio := slices.Clone(a)
+	b, err := cs.Flush()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return codes, emb, append(audio, b...)
 }
 
 func TestSynthesizeInputs(t *testing.T) {
