@@ -79,6 +79,7 @@ func (d *Decoder) NewStream(global []float32, o StreamOptions) (*Stream, error) 
 		return nil, fmt.Errorf("miocodec: stream: global embedding of %d values, want %d", len(global), d.CondDim)
 	}
 	o = o.withDefaults()
+	o.Ramp = slices.Clone(o.Ramp)
 	for _, c := range o.Ramp {
 		if c <= 0 {
 			return nil, fmt.Errorf("miocodec: stream: ramp core %d is not positive", c)
@@ -114,7 +115,7 @@ func (d *Decoder) NewStream(global []float32, o StreamOptions) (*Stream, error) 
 	return s, nil
 }
 
-// withDefaults fills in the zero values (and copies the ramp).
+// withDefaults fills in the zero values (the ramp is still the caller's).
 func (o StreamOptions) withDefaults() StreamOptions {
 	if o.Core <= 0 {
 		o.Core = DefaultCore
@@ -129,7 +130,6 @@ func (o StreamOptions) withDefaults() StreamOptions {
 		return c
 	}
 	o.LeftContext, o.RightContext = ctx(o.LeftContext), ctx(o.RightContext)
-	o.Ramp = slices.Clone(o.Ramp)
 	return o
 }
 
@@ -241,7 +241,7 @@ func (s *Stream) windowPlan(w, n int) (pl plan, start, end, core0, core1 int) {
 func (s *Stream) Warm(streams int) error {
 	o := s.o
 	w := len(o.Ramp) + (o.LeftContext+o.Core-1)/o.Core + 1 // a whole left context before its core
-	_, end := s.o.core(w)
+	_, end := o.core(w)
 	pl, _, _, _, _ := s.windowPlan(w, end+o.RightContext)
 	for b := 1; b <= min(streams, MaxBatch); b *= 2 {
 		pl.batch = b

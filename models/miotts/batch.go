@@ -128,8 +128,8 @@ func (st *stepper) fits(b int) bool {
 	if b <= 1 || b > qwen3.MaxBatch {
 		return b <= 1
 	}
-	gap, measured := st.predictGap(b)
-	if gap == 0 || gap > gapBudget || (!measured && b > st.mostMeasured()+1) {
+	gap, from := st.predictGap(b)
+	if gap == 0 || gap > gapBudget || b > from+1 {
 		return false
 	}
 	now := time.Now()
@@ -160,24 +160,24 @@ func (st *stepper) mostMeasured() int {
 
 // predictGap is the gap between a stream's tokens while b streams generate: the measured
 // one, else the nearest measured larger count's (gaps grow with b), else the most measured
-// one's grown by gapGrowth a stream; 0 when nothing is measured. measured tells whether it
-// came from b or more streams. st.mu is held.
-func (st *stepper) predictGap(b int) (gap time.Duration, measured bool) {
+// one's grown by gapGrowth a stream; 0 when nothing is measured. from is the count of
+// streams it was measured with. st.mu is held.
+func (st *stepper) predictGap(b int) (gap time.Duration, from int) {
 	b = min(max(b, 1), qwen3.MaxBatch)
 	most := st.mostMeasured()
 	if most == 0 {
-		return 0, false
+		return 0, 0
 	}
 	for k := b; k <= most; k++ {
 		if st.tokenGap[k] > 0 {
-			return st.tokenGap[k], true
+			return st.tokenGap[k], k
 		}
 	}
 	gap = st.tokenGap[most]
 	for range b - most {
 		gap = time.Duration(float64(gap) * gapGrowth)
 	}
-	return gap, false
+	return gap, most
 }
 
 // PredictGap is the gap between a stream's tokens predicted for b streams generating

@@ -18,40 +18,15 @@ import (
 // after it); the rest of that is left for the window's decode and the jitter between rounds.
 const lateTolerance = 120 * time.Millisecond
 
-// playout is one speaking piece's schedule and progress.
+// playout is one speaking piece's schedule (its codec stream's windows) and progress.
 type playout struct {
-	windows []window // the ramp's windows and the first steady one; later ones step by core
-	core    int
+	o miocodec.StreamOptions
 
 	generated atomic.Int64 // tokens generated so far
 	first     atomic.Int64 // unix nanoseconds of its first audio; 0 before
 }
 
-// window is one codec window: the first token whose audio it emits, and the tokens the
-// stream must hold before it decodes.
-type window struct{ start, need int }
-
-func newPlayout(o miocodec.StreamOptions) *playout {
-	p := &playout{core: o.Core}
-	if p.core <= 0 {
-		p.core = miocodec.DefaultCore
-	}
-	for w := 0; w <= len(o.Ramp); w++ {
-		start, need := o.Window(w)
-		p.windows = append(p.windows, window{start, need})
-	}
-	return p
-}
-
-// window returns window w, steady windows past the list stepping by the core.
-func (p *playout) window(w int) window {
-	if w < len(p.windows) {
-		return p.windows[w]
-	}
-	last := p.windows[len(p.windows)-1]
-	step := (w - len(p.windows) + 1) * p.core
-	return window{last.start + step, last.need + step}
-}
+func newPlayout(o miocodec.StreamOptions) *playout { return &playout{o: o} }
 
 // steadyAhead is how many steady windows past the next one to decode the slack looks at:
 // past the ramp a window's slack changes by a constant step (tokenPeriod − gap per token of
@@ -64,23 +39,24 @@ const steadyAhead = 2
 // schedule starts when the first window is ready.
 func (p *playout) slack(now time.Time, gap time.Duration) time.Duration {
 	g := int(p.generated.Load())
-	ready := func(w window) time.Time { return now.Add(time.Duration(max(w.need-g, 0)) * gap) }
+	ready := func(need int) time.Time { return now.Add(time.Duration(max(need-g, 0)) * gap) }
 	w := 0
-	for p.window(w).need <= g {
+	for _, need := p.o.Window(w); need <= g; _, need = p.o.Window(w) {
 		w++ // decoded, or decoding now
 	}
 	var first time.Time
 	if ns := p.first.Load(); ns != 0 {
 		first = time.Unix(0, ns)
 	} else {
-		first = ready(p.windows[0]) // the first window sets the schedule
+		_, need := p.o.Window(0)
+		first = ready(need) // the first window sets the schedule
 		w = max(w, 1)
 	}
 	least := time.Duration(1<<63 - 1)
-	for last := max(w, len(p.windows)-1) + steadyAhead; w <= last; w++ {
-		win := p.window(w)
-		due := first.Add(time.Duration(win.start) * tokenPeriod)
-		least = min(least, due.Sub(ready(win)))
+	for last := max(w, len(p.o.Ramp)) + steadyAhead; w <= last; w++ {
+		start, need := p.o.Window(w)
+		due := first.Add(time.Duration(start) * tokenPeriod)
+		least = min(least, due.Sub(ready(need)))
 	}
 	return least
 }
