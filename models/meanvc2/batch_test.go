@@ -2,6 +2,7 @@ package meanvc2
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -172,5 +173,24 @@ func TestStreamsBatchMatchAlone(t *testing.T) {
 				t.Errorf("no batching: %d ASR windows in %d batches, %d steps in %d batches", asr, asrB, steps, stepB)
 			}
 		})
+	}
+}
+
+// TestBatchedPanicFailsOnlyThatStep: a panic inside a batched run (here a stream whose DiT
+// caches were lost, a bug the model cannot check for) fails that step with an error naming
+// where it happened; the process goes on, and another stream of the model still converts.
+func TestBatchedPanicFailsOnlyThatStep(t *testing.T) {
+	m, target, src := goldenVariant(t, Family)
+	broken := newStream(t, m, target)
+	broken.dit.kc = nil // as a use after Close would leave it, without Close's error
+	_, err := broken.Write(nil, src)
+	if err == nil || !strings.Contains(err.Error(), "DiT step 0: meanvc2: panic in a batched run at ") || !strings.Contains(err.Error(), ".go:") {
+		t.Fatalf("broken stream: err %v, want a located panic in the DiT step", err)
+	}
+	t.Log(err)
+	ok := newStream(t, m, target)
+	out, err := ok.Write(nil, src)
+	if err != nil || len(out) == 0 {
+		t.Fatalf("another stream after the panic: %d samples, err %v", len(out), err)
 	}
 }
