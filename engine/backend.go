@@ -101,6 +101,9 @@ func NewCPU(threads int) (*CPU, error) {
 // Name implements Backend.
 func (c *CPU) Name() string { return fmt.Sprintf("cpu(%d threads)", c.ctx.Threads()) }
 
+// Threads is the size of the context's thread pool: the cores one program run occupies.
+func (c *CPU) Threads() int { return c.ctx.Threads() }
+
 // Close implements Backend.
 func (c *CPU) Close() { c.ctx.Close() }
 

@@ -327,7 +327,7 @@ func (p *peer) newVoice(voice, ref string, explicitRef bool) (stream.Processor, 
 		if err != nil {
 			return fail(err)
 		}
-		if proc != nil && !p.srv.sched.Admit(voice, p.sess) {
+		if proc != nil && !p.srv.sched.Admit(voice, p.sess, proc) {
 			// A model voice runs on the scheduler's workers: admit it only if they keep up with
 			// it (the session's current voice makes room for it).
 			stream.CloseProcessor(proc)

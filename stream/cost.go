@@ -9,9 +9,10 @@ import (
 // Admission by expected cost. The measured load only sees sessions that are speaking now: a
 // room full of sessions admitted while silent would saturate the workers once they all speak.
 // So the scheduler learns each voice's cost — compute time per second of audio, measured on
-// its own workers by the sessions that ran it — and reserves that much for every open session
-// of the voice, speaking or not. A voice never measured yet is admitted on the measured load
-// alone, and measures itself.
+// its own workers by the sessions that ran it (a batching model's share: Metered) — and reserves that much for every open session
+// of the voice, speaking or not. A voice not measured yet counts what its model measured when
+// it was loaded (ProcessorInfo.Cost) if it did, and otherwise is admitted on the measured
+// load alone; its sessions measure it.
 
 // costWindow is the audio over which a session measures its voice's cost before reporting it.
 const costWindow = time.Second
@@ -51,9 +52,18 @@ func (c *voiceCosts) get(voice string) (float64, bool) {
 // before any session of it has run a window).
 func (s *Scheduler) VoiceCost(voice string) (float64, bool) { return s.costs.get(voice) }
 
+// costOf is what a second of audio of voice costs a worker: its learned cost, or before it
+// is learned, what its processor's model measured (ProcessorInfo.Cost; 0 if unknown).
+func (s *Scheduler) costOf(voice string, info ProcessorInfo) float64 {
+	if c, ok := s.costs.get(voice); ok {
+		return c
+	}
+	return info.Cost
+}
+
 // expectedLoad is the load the open sessions but except would put on the workers if all of
-// them spoke: the sum of their voices' learned costs, over the workers. Built-in voices run
-// on the clocks, not the workers, and count nothing.
+// them spoke: the sum of their costs (costOf), over the workers. Built-in voices run on the
+// clocks, not the workers, and count nothing.
 func (s *Scheduler) expectedLoad(except *Live) float64 {
 	s.mu.Lock()
 	open := make([]*Live, 0, len(s.open))
@@ -65,30 +75,35 @@ func (s *Scheduler) expectedLoad(except *Live) float64 {
 	s.mu.Unlock()
 	var sum float64
 	for _, l := range open {
-		if l.builtin.Load() {
-			continue
-		}
-		if c, ok := s.costs.get(l.sess.Voice()); ok {
-			sum += c
+		if !l.builtin.Load() {
+			sum += s.costOf(l.sess.Voice(), l.sess.Info())
 		}
 	}
 	return sum / float64(s.cores)
 }
 
-// Admit reports whether a session of voice fits: with its learned cost added to what the open
-// sessions are expected to need (or to the measured load, if that is higher), the workers
-// stay under SaturatedLoad. replacing, if not nil, is an open session that is to change to
-// voice: its own current cost is left out. A voice without a learned cost is admitted while
-// the workers are not already near saturation (HasCapacity).
-func (s *Scheduler) Admit(voice string, replacing *Live) bool {
+// Admit reports whether a session of voice, run by p, fits: with its cost (costOf) added to
+// what the open sessions are expected to need (or to the measured load, if that is higher),
+// the workers stay under SaturatedLoad. replacing, if not nil, is an open session that is to
+// change to voice: its own current cost is left out, and a change that costs no more is
+// always admitted. p may be nil (the voice's processor is
+// not made yet); a voice of unknown cost is admitted while the workers are not already near
+// saturation (HasCapacity).
+func (s *Scheduler) Admit(voice string, replacing *Live, p Processor) bool {
+	var info ProcessorInfo
+	if p != nil {
+		info = p.Info()
+	}
+	cost := s.costOf(voice, info)
 	measured := s.load()
 	if replacing != nil && !replacing.builtin.Load() {
-		if own, ok := s.costs.get(replacing.sess.Voice()); ok {
-			measured -= own / float64(s.cores) // at most its share of what was measured
+		own := s.costOf(replacing.sess.Voice(), replacing.sess.Info())
+		if cost <= own {
+			return true // the change adds nothing (on a slow machine one session may cost more than the limit)
 		}
+		measured -= own / float64(s.cores) // at most its share of what was measured
 	}
 	load := max(s.expectedLoad(replacing), measured)
-	cost, _ := s.costs.get(voice)
 	return load+cost/float64(s.cores) < SaturatedLoad
 }
 

@@ -6,7 +6,10 @@
 // types, and cmd/ wires them together through a Registry.
 package stream
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // ProcessorInfo describes a processor's fixed properties.
 type ProcessorInfo struct {
@@ -25,6 +28,22 @@ type ProcessorInfo struct {
 	// duration, as measured when it was made (0: none). Without it the first slow chunks
 	// would each leave the listener a gap while the session's cushion grows to cover them.
 	Cushion int
+	// Cost is what a second of audio costs the machine, in core seconds, when the processor
+	// runs as one of many sessions of its model, measured when the model was loaded (0:
+	// unknown). The scheduler admits sessions of a voice by it until it has learned the
+	// voice's cost from running sessions (Scheduler.Admit).
+	Cost float64
+}
+
+// Metered is a Processor whose calls' wall time is not what they cost the machine: a model
+// that batches streams waits for, and runs, other streams' work within a call, and may run
+// its own on several cores. Overcharge is the total of its calls' wall time less the core
+// time of their own work (negative where the extra cores are the larger part). The
+// scheduler counts a step's wall time less its processors' overcharge in the load and in
+// the voice's learned cost; without it eight batched sessions would each count the whole
+// batch.
+type Metered interface {
+	Overcharge() time.Duration
 }
 
 // Processor transforms audio chunk by chunk. It is driven by one goroutine at a time.

@@ -26,6 +26,7 @@ type Scheduler struct {
 	live    atomic.Int64       // open Live sessions
 	open    map[*Live]struct{} // the same, under mu, for the expected load
 	costs   voiceCosts
+	steps   voiceSteps // the slowest recent steps, for start cushions
 	// Load accounting: busy holds the step time (ns) not yet credited to a window; running
 	// holds each worker's step start (Unix ns, 0 when idle); mark is the last window's end.
 	// A step is credited piecewise, so one longer than a window still counts in each.
@@ -155,9 +156,11 @@ func (s *Scheduler) work(running *atomic.Int64) {
 		s.mu.Unlock()
 		start := time.Now().UnixNano()
 		running.Store(start)
-		l.step()
+		cost := l.step()
 		running.Store(0)
-		s.busy.Add(time.Now().UnixNano() - max(start, s.mark.Load())) // what no window credited yet
+		// What no window credited yet: load credits a running step's wall time, and the
+		// step costs less where its processors were overcharged (see Metered).
+		s.busy.Add(int64(cost) - max(s.mark.Load()-start, 0))
 		// Cleared after the step, so a push during it re-queues the session here rather
 		// than have a second worker wait on it.
 		l.queued.Store(false)
@@ -262,6 +265,9 @@ func (l *Live) Push(in []float32, at time.Time) bool {
 }
 
 func (l *Live) noteStep(d time.Duration) {
+	if !l.builtin.Load() {
+		l.sched.noteSlowStep(l, d)
+	}
 	l.recent[(l.stepN.Add(1)-1)%uint64(len(l.recent))].Store(int64(d)) // slots fill from 0
 	var slowest time.Duration
 	for i := range l.recent {
@@ -339,18 +345,21 @@ func (l *Live) InUse() []Processor {
 }
 
 // step runs on a worker: apply queued swaps, then process the input that waits.
-func (l *Live) step() {
+// It returns what the step cost: its wall time less its processors' overcharge (Metered).
+func (l *Live) step() time.Duration {
 	l.work.Lock()
 	defer l.work.Unlock()
-	l.stepLocked()
+	t0 := time.Now()
+	over := l.stepLocked()
+	return max(time.Since(t0)-over, 0)
 }
 
-// stepLocked is step with l.work held.
-func (l *Live) stepLocked() {
+// stepLocked is step with l.work held. It returns the processors' overcharge in the step.
+func (l *Live) stepLocked() (over time.Duration) {
 	l.inMu.Lock()
 	if l.closed {
 		l.inMu.Unlock()
-		return
+		return 0
 	}
 	swaps := l.swaps
 	l.swaps = nil
@@ -363,17 +372,21 @@ func (l *Live) stepLocked() {
 		}
 	}
 	if len(in) > 0 {
+		cur, fading := l.sess.running()
+		over = -overcharge(cur, fading)
 		t0 := time.Now()
 		chunks := 0
 		err := Guard(l.log, "voice processing", func() (err error) { chunks, err = l.sess.process(in); return err })
 		if err != nil {
 			l.log.Warn("processing failed", "err", err)
 		}
+		wall := time.Since(t0)
+		over += overcharge(cur, fading)
 		if chunks > 0 {
-			l.noteStep(time.Since(t0))
+			l.noteStep(wall) // the wall time: Settle is about when output is ready
 		}
 		if !l.builtin.Load() {
-			l.noteCost(time.Since(t0), len(in))
+			l.noteCost(max(wall-over, 0), len(in))
 		}
 	}
 	l.inMu.Lock()
@@ -388,6 +401,18 @@ func (l *Live) stepLocked() {
 	}
 	l.builtin.Store(len(l.swaps) == 0 && !slices.ContainsFunc(l.inUse, func(p Processor) bool { return !isBuiltin(p) }))
 	l.inMu.Unlock()
+	return over
+}
+
+// overcharge is the sum of the Metered processors' overcharge (nil ones count nothing).
+func overcharge(procs ...Processor) time.Duration {
+	var sum time.Duration
+	for _, p := range procs {
+		if m, ok := p.(Metered); ok {
+			sum += m.Overcharge()
+		}
+	}
+	return sum
 }
 
 // isBuiltin reports whether p is one of the embedded voices (the DSP voice, passthrough):
@@ -402,7 +427,13 @@ func isBuiltin(p Processor) bool {
 
 // Pull fills dst with the next output (silence where too little is ready) and returns how
 // many samples were real audio; it never waits for processing.
-func (l *Live) Pull(dst []float32, now time.Time) int { return l.sess.Pull(dst, now) }
+// Until output begins, the start cushion follows the model sessions open (startCushion).
+func (l *Live) Pull(dst []float32, now time.Time) int {
+	if !l.builtin.Load() && !l.sess.hasStarted() {
+		l.sess.setStartCushion(l.sched.startCushion(l))
+	}
+	return l.sess.Pull(dst, now)
+}
 
 // NoteQueueAge: see Session.NoteQueueAge.
 func (l *Live) NoteQueueAge(now time.Time) { l.sess.NoteQueueAge(now) }

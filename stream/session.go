@@ -94,7 +94,10 @@ type Session struct {
 	marks    [512]mark
 	markN    int
 	started  bool // output has begun (underflows count from here)
-	cushion  cushion
+	// startCushion is the output a Live session holds its start for when that is more than
+	// the processor's cushion (Scheduler.startCushion), in IO samples.
+	startCushion int
+	cushion      cushion
 	// slowStep is the longest recent step of a Live session, in IO samples: after such a
 	// step the work that queued behind it lands at once on top of the cushion that covered
 	// for it (as long again), and that is not stale audio.
@@ -168,9 +171,30 @@ func (s *Session) cushionIO() int {
 	return int(int64(s.info.Cushion) * int64(s.cfg.IORate) / int64(s.info.SampleRate))
 }
 
+func (s *Session) hasStarted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+func (s *Session) setStartCushion(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.startCushion = n
+}
+
 // latencyIO is the processor's latency in IORate samples.
 func (s *Session) latencyIO() int64 {
 	return int64(s.info.Latency) * int64(s.cfg.IORate) / int64(s.info.SampleRate)
+}
+
+// running is what a step may run: the current processor and the one fading out, if any.
+// Only the goroutine that runs the session's steps calls it.
+func (s *Session) running() (current, fading Processor) {
+	if s.fade != nil {
+		return s.proc, s.fade.old
+	}
+	return s.proc, nil
 }
 
 // Info is the current processor's info.
@@ -362,7 +386,7 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.trim(len(dst))
-	if !s.started && s.out.Len() < len(dst)+s.cushionIO() {
+	if !s.started && s.out.Len() < len(dst)+max(s.cushionIO(), s.startCushion) {
 		clear(dst) // hold the start until the processor's cushion is queued
 		return 0
 	}

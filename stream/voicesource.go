@@ -21,7 +21,7 @@ func (v VoiceSource) Make(owner, name, ref string, params map[string]float64) (P
 		if err != nil {
 			return nil, err
 		}
-		if p != nil && v.Scheduler != nil && !v.Scheduler.Admit(name, nil) {
+		if p != nil && v.Scheduler != nil && !v.Scheduler.Admit(name, nil, p) {
 			CloseProcessor(p)
 			return nil, NoRoom(name)
 		}

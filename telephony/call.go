@@ -488,7 +488,7 @@ func (c *call) newVoice(name, ref string) (stream.Processor, string, error) {
 			return fail(err)
 		}
 		if proc != nil {
-			if !c.srv.sched.Admit(name, nil) {
+			if !c.srv.sched.Admit(name, nil, proc) {
 				stream.CloseProcessor(proc)
 				return nil, CodeBusy, stream.NoRoom(name)
 			}

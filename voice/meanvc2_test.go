@@ -272,3 +272,38 @@ func rms(x []float32) float64 {
 	}
 	return math.Sqrt(s / float64(max(len(x), 1)))
 }
+
+// MeanVC2Cost runs its sessions and measures a positive cost per second of audio; the
+// voices made with it carry it to the scheduler (Info().Cost).
+func TestMeanVC2Cost(t *testing.T) {
+	m, _, _ := tinyMeanVC2(t)
+	before := m.BatchStats()
+	cost, err := MeanVC2Cost(m, 4, 48000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := m.BatchStats()
+	steps, batches := st.Steps-before.Steps, st.StepBatches-before.StepBatches
+	t.Logf("cost %.4f core-seconds per second of audio; %d steps in %d batches", cost, steps, batches)
+	if cost <= 0 || cost > 2 {
+		t.Errorf("cost %.4f core-seconds per second, want a positive fraction (a tiny model)", cost)
+	}
+	if steps == 0 {
+		t.Error("no DiT steps ran")
+	}
+	if _, err := MeanVC2Cost(m, 0, 48000); err == nil {
+		t.Error("no error for 0 sessions")
+	}
+
+	_, file, _, _ := runtime.Caller(0)
+	ref := filepath.Join(filepath.Dir(file), "..", "testdata", "speech_en_48k.wav")
+	v := &MeanVC2Voices{Model: m, DefaultRef: ref, Cost: cost}
+	p, err := v.Processor("someone", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.CloseProcessor(p)
+	if got := p.Info().Cost; got != cost {
+		t.Errorf("processor cost %v, want the voices' %v", got, cost)
+	}
+}

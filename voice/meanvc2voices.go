@@ -77,6 +77,8 @@ type MeanVC2Voices struct {
 	Model      *meanvc2.Model
 	Library    *library.Library
 	DefaultRef string
+	// Cost is a session's cost (MeanVC2Cost), given to its processors (ProcessorInfo.Cost).
+	Cost float64
 }
 
 // Processor makes a MeanVC2 processor for ref ("" for the default), which must be one of
@@ -123,6 +125,9 @@ func (v *MeanVC2Voices) Processor(owner, ref string) (stream.Processor, error) {
 		return nil, stream.Mark(fmt.Errorf("%s: %w", name, err), stream.ErrBadParams)
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if mp, ok := p.(*meanvc2Proc); ok {
+		mp.info.Cost = v.Cost
 	}
 	return p, nil
 }

@@ -198,7 +198,7 @@ func (w *Worker) token(room, identity string) (string, error) {
 func (w *Worker) admit(voice string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.rooms)+w.pending >= w.cfg.MaxRooms || !w.sched.Admit(voice, nil) || w.ctx.Err() != nil {
+	if len(w.rooms)+w.pending >= w.cfg.MaxRooms || !w.sched.Admit(voice, nil, nil) || w.ctx.Err() != nil {
 		return false
 	}
 	w.pending++
@@ -280,7 +280,7 @@ func (w *Worker) Capacity() Capacity {
 		Scheduler: st.Load, Expected: st.ExpectedLoad, Registered: w.workerID != ""}
 	w.mu.Unlock()
 	c.Load = min(1, max(float64(c.Rooms)/float64(c.MaxRooms), float64(c.Tracks)/float64(c.MaxTracks), max(st.Load, st.ExpectedLoad)/stream.SaturatedLoad))
-	c.Accepting = c.Rooms < c.MaxRooms && c.Tracks < c.MaxTracks && w.sched.Admit(w.cfg.DefaultVoice, nil) && w.ctx.Err() == nil
+	c.Accepting = c.Rooms < c.MaxRooms && c.Tracks < c.MaxTracks && w.sched.Admit(w.cfg.DefaultVoice, nil, nil) && w.ctx.Err() == nil
 	return c
 }
 

@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/rtc/rtcclient"
 )
 
@@ -75,8 +77,11 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
+	if res.Refused > 0 {
+		fmt.Fprintf(stdout, "loopback %s: %d of %d sessions refused (busy: admission), %d ran\n", res.Voice, res.Refused, res.Sessions, res.Sessions-res.Refused)
+	}
 	fmt.Fprintf(stdout, "loopback %s ×%d for %.0f s: latency p50 %.1f ms, p95 %.1f ms; CPU %.2f%% per session; late frames %d of %d (after the first 2 s: %d of %d) (slow chunks %d of %d); dropped %.0f ms; clicks found %d/%d\n",
-		res.Voice, res.Sessions, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateFrames, res.Frames, res.SteadyLateFrames, res.SteadyFrames, res.SlowChunks, res.Chunks, res.DroppedMs, res.ClicksFound, res.ClicksSent)
+		res.Voice, res.Sessions-res.Refused, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateFrames, res.Frames, res.SteadyLateFrames, res.SteadyFrames, res.SlowChunks, res.Chunks, res.DroppedMs, res.ClicksFound, res.ClicksSent)
 	fmt.Fprintf(stdout, "  server latency p50 %.1f ms, p95 %.1f ms = algorithmic %.1f ms (voice, frame, resamplers) + jitter target %.1f ms + output cushion %.1f ms + the rest; rtf %.3f; real time: %v\n",
 		res.ServerP50, res.ServerP95, res.AlgorithmicMs, res.JitterTargetMs, res.OutputBufferMs, res.RTF, res.RealTime)
 	return nil
@@ -97,7 +102,8 @@ type loopbackOptions struct {
 type loopbackResult struct {
 	Bench         string  `json:"bench"`
 	Voice         string  `json:"voice"`
-	Sessions      int     `json:"sessions"`
+	Sessions      int     `json:"sessions"` // asked for
+	Refused       int     `json:"refused"`  // of those, refused busy by admission; the rest ran
 	Seconds       float64 `json:"seconds"`
 	LatencyP50    float64 `json:"latency_ms_p50"`
 	LatencyP95    float64 `json:"latency_ms_p95"`
@@ -108,8 +114,9 @@ type loopbackResult struct {
 	LateFrames  int     `json:"late_frames"`
 	Frames      int     `json:"frames"`
 	LatePercent float64 `json:"late_frames_percent"`
-	// The same from each session's second stats report (about 2 s in) on: the steady state,
-	// without the start, where the output cushion is still adapting to the load.
+	// The same from 2 s after the audio began on (each session's first stats report from
+	// then): the steady state, without the start, where the output cushion is still
+	// adapting to the load.
 	SteadyLateFrames  int     `json:"steady_late_frames"`
 	SteadyFrames      int     `json:"steady_frames"`
 	SteadyLatePercent float64 `json:"steady_late_frames_percent"`
@@ -169,15 +176,27 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	if o.voice == "dsp" {
 		params = map[string]float64{"pitch_semitones": o.pitch}
 	}
+	refused := 0
 	for i := range clients {
 		c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(base), Voice: o.voice, Params: params, Seed: uint64(i)})
 		if err != nil {
 			return nil, fmt.Errorf("session %d: %w", i, err)
 		}
-		clients[i] = c
-		if err := checkVoice(c, o.voice); err != nil {
+		err = checkVoice(c, o.voice)
+		if errors.Is(err, errRefusedBusy) { // admission at work: the others run
+			c.Close()
+			refused++
+			continue
+		}
+		if err != nil {
+			c.Close()
 			return nil, fmt.Errorf("session %d: %w", i, err)
 		}
+		clients[i] = c
+	}
+	clients = slices.DeleteFunc(clients, func(c *rtcclient.Client) bool { return c == nil })
+	if len(clients) == 0 {
+		return nil, fmt.Errorf("the server refused all %d sessions (busy)", o.sessions)
 	}
 	cpu0, _ := cpuTime(pid)
 	t0 := time.Now()
@@ -197,7 +216,9 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	res := &loopbackResult{Bench: "loopback", Voice: o.voice, Sessions: o.sessions, Seconds: o.seconds}
+	res := &loopbackResult{Bench: "loopback", Voice: o.voice, Sessions: o.sessions, Refused: refused, Seconds: o.seconds}
+	const settle = 2 * time.Second // the start the steady figures leave out
+	steadyFrames := int((o.seconds - settle.Seconds()) * 50)
 	var all, server []time.Duration
 	var jitter, queue, cushion, process float64
 	processN := 0
@@ -209,9 +230,9 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 		if st := c.Stats(); len(st) > 0 {
 			last := st[len(st)-1]
 			res.LateFrames += last.Queue.Underflows
-			if len(st) > 2 {
-				res.SteadyLateFrames += last.Queue.Underflows - st[1].Queue.Underflows
-				res.SteadyFrames += (len(st) - 2) * 50 // a report a second
+			if from, ok := c.StatsSince(t0.Add(settle)); ok && steadyFrames > 0 {
+				res.SteadyLateFrames += last.Queue.Underflows - from.Queue.Underflows
+				res.SteadyFrames += steadyFrames
 			}
 			res.SlowChunks += last.LateChunks
 			res.Chunks += last.Chunks
@@ -264,6 +285,9 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// errRefusedBusy is checkVoice's error for a session admission refused.
+var errRefusedBusy = errors.New("the server refused the session: busy")
+
 // checkVoice fails when the server refused the session's voice or runs another one: a
 // bench must measure the voice it names (a refused voice used to leave the default
 // running, and the figures were the DSP voice's).
@@ -272,7 +296,11 @@ func checkVoice(c *rtcclient.Client, voice string) error {
 	for _, m := range c.Messages() {
 		switch m.Type {
 		case "error":
-			return fmt.Errorf("the server refused the session: %s: %s", m.Code, m.Message)
+			err := fmt.Errorf("the server refused the session: %s: %s", m.Code, m.Message)
+			if m.Code == rtc.CodeBusy {
+				err = fmt.Errorf("%w: %s", errRefusedBusy, m.Message)
+			}
+			return err
 		case "ready":
 			running = m.Voice
 		}

@@ -335,6 +335,11 @@ func newApp(o serveOptions, log *slog.Logger, stdout io.Writer) (_ *app, err err
 	return a, nil
 }
 
+// costSessions is how many MeanVC2 sessions run together when a model's cost is measured at
+// load (at WebRTC's 48 kHz): about as many as two cores keep real time, where admission
+// decides.
+const costSessions = 8
+
 // loadMeanVC2 loads the --vc-model files and registers their live voices: meanvc2-<variant>
 // for each (the variant comes from the file's embedded config), and meanvc2 for the first.
 // It returns rtc's NewProcessor for them (nil without models) and their listing details.
@@ -365,7 +370,14 @@ func (a *app) loadMeanVC2(o serveOptions, lib *library.Library, voices *stream.R
 			return nil, nil, fmt.Errorf("--vc-model: %s and %s are both the %s MeanVC2 model; give one file per variant (120ms, 40ms)", prev, path, variant)
 		}
 		files[name] = path
-		vc := &voice.MeanVC2Voices{Model: m, Library: lib, DefaultRef: o.vcRef}
+		// What a session costs when many run together, for admission before real sessions
+		// have taught the scheduler (it also compiles the batch programs now).
+		cost, err := voice.MeanVC2Cost(m, costSessions, 48000)
+		if err != nil {
+			return nil, nil, err
+		}
+		fmt.Fprintf(stdout, "%s: %d sessions together cost %.3f core-seconds per second of audio each\n", name, costSessions, cost)
+		vc := &voice.MeanVC2Voices{Model: m, Library: lib, DefaultRef: o.vcRef, Cost: cost}
 		if a.vcBatches == nil {
 			a.vcBatches = map[string]func() metrics.VCBatchStats{}
 		}

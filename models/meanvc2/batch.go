@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/internal/batcher"
 	"github.com/voxpipe/voxpipe/models/conformer"
 	"github.com/voxpipe/voxpipe/models/vocos"
@@ -45,6 +46,8 @@ type job struct {
 	mel, wav []float32
 	ditErr   bool // err came from the DiT (else the vocoder)
 
+	share time.Duration // the job's part of its batch's run time
+
 	err error
 }
 
@@ -65,6 +68,26 @@ type batchState struct {
 	// Batch statistics: batches run and jobs in them, by kind; time spent running them.
 	batches, jobs [2]atomic.Int64
 	busy          atomic.Int64 // ns
+}
+
+// A stream's request waits for the batch that is running, then runs in one with other
+// streams' requests, so its wall time is not what it costs. Its cost is its part of its
+// batch's run time on the cores a run occupies; the rest is Overcharge, which the scheduler
+// takes off the step that made the request when it measures load and learns the voice's cost.
+
+// Overcharge is the total by which this stream's model requests took more wall time than
+// their own work cost the cores: waiting for other streams' batches and running their rows,
+// less the cores beyond one that the batch ran on (negative when that is the larger).
+func (s *Stream) Overcharge() time.Duration { return time.Duration(s.overcharge.Load()) }
+
+// coresHeld is how many cores a program run on b occupies: the thread pool of a CPU
+// backend (up to the cores there are); one for a GPU's, the host thread that drives it
+// (the device's own saturation shows in the runs' wall time).
+func coresHeld(b engine.Backend) int {
+	if t, ok := b.(interface{ Threads() int }); ok {
+		return min(runtime.GOMAXPROCS(0), max(t.Threads(), 1))
+	}
+	return 1
 }
 
 // BatchStats reports how the model's streams shared programs since load: batches run and
@@ -92,7 +115,9 @@ func (m *Model) run(j *job) error {
 	if j.key < 0 {
 		k.alone = j
 	}
+	t0 := time.Now()
 	m.batch.queue.Do(k, j)
+	j.s.overcharge.Add(int64(time.Since(t0) - j.share*time.Duration(m.holds)))
 	return j.err
 }
 
@@ -107,7 +132,11 @@ func (m *Model) runBatch(batch []*job) {
 	}
 	t0 := time.Now()
 	m.runJobs(batch)
-	b.busy.Add(int64(time.Since(t0)))
+	took := time.Since(t0)
+	b.busy.Add(int64(took))
+	for _, j := range batch {
+		j.share = took / time.Duration(len(batch))
+	}
 }
 
 // warm compiles the programs of a batch of n streams in the steady state (an ASR window, a

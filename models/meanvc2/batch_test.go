@@ -123,6 +123,11 @@ func TestStreamsBatchMatchAlone(t *testing.T) {
 				want[s] = byPieces(t, ss[s], input(s), piece)
 			}
 			before := m.BatchStats()
+			over0 := make([]time.Duration, n)
+			for s := range n {
+				over0[s] = ss[s].Overcharge()
+			}
+			wall := make([]time.Duration, n)
 			// Round r: every stream that has started writes its next piece, all at once; the
 			// model is held for a moment while they start, so their jobs queue together.
 			got := make([][]float32, n)
@@ -146,6 +151,8 @@ func TestStreamsBatchMatchAlone(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
+						t0 := time.Now()
+						defer func() { wall[s] += time.Since(t0) }()
 						got[s], errs[s] = ss[s].Write(got[s], in[k*piece:min((k+1)*piece, len(in))])
 						if k == pieces-1 && errs[s] == nil {
 							got[s], errs[s] = ss[s].Flush(got[s])
@@ -171,6 +178,18 @@ func TestStreamsBatchMatchAlone(t *testing.T) {
 			t.Logf("%d ASR windows in %d batches, %d steps in %d batches", asr, asrB, steps, stepB)
 			if asr <= asrB || steps <= stepB {
 				t.Errorf("no batching: %d ASR windows in %d batches, %d steps in %d batches", asr, asrB, steps, stepB)
+			}
+			// What the streams' calls cost (wall less overcharge) holds every batch's run on
+			// the cores it used, plus at most their host work: not the time they waited.
+			var own, total time.Duration
+			for s := range n {
+				own += wall[s] - (ss[s].Overcharge() - over0[s])
+				total += wall[s]
+			}
+			busy, holds := st.Busy-before.Busy, time.Duration(m.holds)
+			t.Logf("calls %v, their own cost %v, batches ran %v on %d cores", total, own, busy, holds)
+			if slack := time.Millisecond; own < holds*busy-slack || own > holds*busy+total-busy+slack {
+				t.Errorf("the calls' own cost %v is outside [%v, %v]: batches ran %v on %d cores, the calls took %v", own, holds*busy, holds*busy+total-busy, busy, holds, total)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
@@ -41,6 +42,7 @@ type Model struct {
 	ID string
 
 	backend engine.Backend
+	holds   int   // cores a run of its programs occupies (coresHeld)
 	layers  []int // WavLM hidden states the ECAPA head mixes
 
 	// exec serialises every program run of the streams' components: a CPU backend's context
@@ -122,7 +124,7 @@ func loadFromModel(f *gguf.Model, b Backends) (*Model, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("meanvc2: load: not a complete MeanVC2 file: no tensors in namespace(s) %v (it has %v)", missing, f.Namespaces())
 	}
-	m := &Model{Config: cfg, backend: backend}
+	m := &Model{Config: cfg, backend: backend, holds: coresHeld(backend)}
 	m.batch.queue = batcher.New[batchKey](MaxBatch, m.runBatch)
 	m.speakerExec = &m.exec
 	if speaker != backend {
@@ -303,6 +305,8 @@ type Stream struct {
 
 	job    job // this stream's model request (batch.go), reused
 	closed bool
+
+	overcharge atomic.Int64 // ns: see Overcharge
 }
 
 // NewStream starts a conversion into the target voice (Model.Timbre or VoiceFromClip).

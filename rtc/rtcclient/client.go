@@ -68,6 +68,7 @@ type Client struct {
 	msgs    []rtc.Message
 	events  []rtc.Message // received on the data channel
 	stats   []rtc.StatsMessage
+	statsAt []time.Time // when each stats message arrived
 	recv    Received
 	ready   chan struct{}
 	answer  chan string
@@ -262,6 +263,7 @@ func (c *Client) readLoop() {
 			if json.Unmarshal(data, &s) == nil {
 				c.mu.Lock()
 				c.stats = append(c.stats, s)
+				c.statsAt = append(c.statsAt, time.Now())
 				c.mu.Unlock()
 			}
 		}
@@ -396,6 +398,18 @@ func (c *Client) Stats() []rtc.StatsMessage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]rtc.StatsMessage(nil), c.stats...)
+}
+
+// StatsSince returns the first stats message that arrived at or after t (false: none yet).
+func (c *Client) StatsSince(t time.Time) (rtc.StatsMessage, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, at := range c.statsAt {
+		if !at.Before(t) {
+			return c.stats[i], true
+		}
+	}
+	return rtc.StatsMessage{}, false
 }
 
 // Messages returns every message received so far.
