@@ -9,8 +9,8 @@ import (
 // Admission by expected cost. The measured load only sees sessions that are speaking now: a
 // room full of sessions admitted while silent would saturate the workers once they all speak.
 // So the scheduler learns each voice's cost — compute time per second of audio, measured on
-// its own workers by the sessions that ran it (a batching model's share: Metered) — and reserves that much for every open session
-// of the voice, speaking or not. A voice not measured yet counts what its model measured when
+// its own workers by the sessions that ran it (a batching model's share: Metered) — and
+// reserves that much for every open session of the voice, speaking or not. A voice not measured yet counts what its model measured when
 // it was loaded (ProcessorInfo.Cost) if it did, and otherwise is admitted on the measured
 // load alone; its sessions measure it.
 
@@ -86,9 +86,8 @@ func (s *Scheduler) expectedLoad(except *Live) float64 {
 // what the open sessions are expected to need (or to the measured load, if that is higher),
 // the workers stay under SaturatedLoad. replacing, if not nil, is an open session that is to
 // change to voice: its own current cost is left out, and a change that costs no more is
-// always admitted. p may be nil (the voice's processor is
-// not made yet); a voice of unknown cost is admitted while the workers are not already near
-// saturation (HasCapacity).
+// always admitted. p may be nil (the voice's processor is not made yet); a voice of unknown
+// cost is admitted while the workers are not already near saturation (HasCapacity).
 func (s *Scheduler) Admit(voice string, replacing *Live, p Processor) bool {
 	var info ProcessorInfo
 	if p != nil {
@@ -98,8 +97,8 @@ func (s *Scheduler) Admit(voice string, replacing *Live, p Processor) bool {
 	measured := s.load()
 	if replacing != nil && !replacing.builtin.Load() {
 		own := s.costOf(replacing.sess.Voice(), replacing.sess.Info())
-		if cost <= own {
-			return true // the change adds nothing (on a slow machine one session may cost more than the limit)
+		if own > 0 && cost <= own {
+			return true // adds nothing (on a slow machine one session may cost more than the limit)
 		}
 		measured -= own / float64(s.cores) // at most its share of what was measured
 	}

@@ -101,16 +101,7 @@ func TestMeteredCostLeavesOutWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	start := time.Now()
-	fresh := false
-	for time.Since(start) < 2500*time.Millisecond {
-		l.Push(make([]float32, 640), time.Now())
-		if !fresh && time.Since(start) > 1200*time.Millisecond {
-			sched.Stats() // start a fresh window
-			fresh = true
-		}
-		time.Sleep(40 * time.Millisecond)
-	}
+	pushSteadily(sched, l, 640, 40*time.Millisecond)
 	cost, ok := sched.VoiceCost("batched")
 	// Own work is 5 ms per 40 ms chunk (0.125); the wall time would say 0.75.
 	if !ok || cost < 0.08 || cost > 0.4 {

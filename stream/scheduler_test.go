@@ -203,19 +203,25 @@ func TestSchedulerLoad(t *testing.T) {
 	}
 	defer l.Close()
 	// 10 ms chunks, one every 25 ms, that take 30 ms each: the worker never rests, and the
-	// backlog stays small. The load is measured over
-	// windows of a second: the check reads one that was saturated throughout.
+	// backlog stays small.
+	pushSteadily(sched, l, 160, 25*time.Millisecond)
+	if st := sched.Stats(); st.Load < 0.8 || sched.HasCapacity() {
+		t.Errorf("saturated worker: %+v, capacity %v", st, sched.HasCapacity())
+	}
+}
+
+// pushSteadily pushes n samples to l every period for 2.5 s. The load is measured over
+// windows of a second: a fresh one starts after 1.2 s, so the check after it reads a window
+// of steady load throughout.
+func pushSteadily(sched *Scheduler, l *Live, n int, period time.Duration) {
 	start := time.Now()
 	fresh := false
 	for time.Since(start) < 2500*time.Millisecond {
-		l.Push(make([]float32, 160), time.Now())
+		l.Push(make([]float32, n), time.Now())
 		if !fresh && time.Since(start) > 1200*time.Millisecond {
 			sched.Stats() // start a fresh window
 			fresh = true
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	if st := sched.Stats(); st.Load < 0.8 || sched.HasCapacity() {
-		t.Errorf("saturated worker: %+v, capacity %v", st, sched.HasCapacity())
+		time.Sleep(period)
 	}
 }

@@ -467,6 +467,12 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 	}
 	a.closers = append(a.closers, mt.Close)
 	a.nameGPUParts("miotts")
+	fmt.Fprintf(stdout, "warming MioTTS up (compiling its programs, measuring its speed)…\n")
+	warm, err := mt.Warm(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "MioTTS warm: %d tokens in %.2f s (first audio after %.0f ms)\n", warm.Tokens, (warm.Decode + warm.Prefill).Seconds(), warm.FirstAudio.Seconds()*1000)
 	a.ttsBatches = func() metrics.DecodeStats {
 		st, cs := mt.LM.BatchStats(), mt.Codec.BatchStats()
 		return metrics.DecodeStats{Rounds: st.Rounds, Steps: st.Rows, Capacity: st.Capacity, CodecRuns: cs.Runs, CodecWindows: cs.Windows}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,35 @@ func Load(lmPath, codecPath string, backend engine.Backend, opt Options) (*TTS, 
 	name, _ := cf.File.KV.String("general.name")
 	t.codecID = fmt.Sprintf("miocodec:%s:%d", name, cf.Len())
 	return t, nil
+}
+
+// warmText is what Warm speaks: long enough for the ramp's windows and a steady one.
+const warmText = "This sentence warms the model up before the first caller arrives, so that nobody waits for it."
+
+// Warm speaks a sentence alone in a made-up voice and throws the audio away: the programs a
+// first request needs (the speaker encoder, the prompt's prefill, the decode steps, the
+// ramp's codec windows and a steady one) are compiled now rather than while it plays, and
+// the language model's token gap alone is measured, which admission needs before a second
+// stream may join (LM.Fits). It returns the synthesis's stats.
+func (t *TTS) Warm(ctx context.Context) (Stats, error) {
+	const rate = 16000
+	clip := make([]float32, 2*rate) // a hum with a vibrato: a voice the encoder accepts
+	for i := range clip {
+		x := float64(i) / rate
+		clip[i] = float32(0.2 * math.Sin(2*math.Pi*(150*x+3*math.Sin(2*math.Pi*5*x))))
+	}
+	emb, err := t.Speaker.Embedding(clip, rate)
+	if err != nil {
+		return Stats{}, fmt.Errorf("miotts: warm-up: %w", err)
+	}
+	o := t.Stream
+	o.Ramp = t.Ramp
+	_, need := o.Window(len(o.Ramp) + 1) // through the first steady window
+	st, err := t.Synthesize(ctx, Request{Text: warmText, Embedding: emb, Gen: GenOptions{MaxNew: need}}, func(Chunk) error { return nil })
+	if err != nil {
+		return st, fmt.Errorf("miotts: warm-up: %w", err)
+	}
+	return st, nil
 }
 
 // Close frees everything.

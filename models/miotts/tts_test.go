@@ -179,3 +179,32 @@ func TestSynthesizeInputs(t *testing.T) {
 		t.Errorf("missing codec: %v", err)
 	}
 }
+
+// Warm speaks its sentence through the ramp into a steady codec window and leaves the model
+// with its token gap alone measured, so that admission can judge a second stream.
+func TestWarm(t *testing.T) {
+	tts, _, _ := loadGoldenTTS(t)
+	if gap := tts.LM.PredictGap(1); gap != 0 {
+		t.Fatalf("a fresh model has a measured gap %v", gap)
+	}
+	st, err := tts.Warm(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := tts.Stream
+	o.Ramp = tts.Ramp
+	_, need := o.Window(len(o.Ramp) + 1)
+	t.Logf("warm-up: %+v; through the first steady window needs %d tokens", st, need)
+	if st.Tokens == 0 || st.Samples == 0 || st.FirstAudio <= 0 {
+		t.Errorf("the warm-up spoke nothing: %+v", st)
+	}
+	if st.Tokens > need {
+		t.Errorf("the warm-up generated %d tokens, more than the %d it needs", st.Tokens, need)
+	}
+	if gap := tts.LM.PredictGap(1); gap <= 0 {
+		t.Error("no token gap measured by the warm-up")
+	}
+	if runs := tts.Codec.BatchStats().Runs; runs == 0 {
+		t.Error("the codec ran no window")
+	}
+}
