@@ -11,7 +11,7 @@ import (
 // So the scheduler learns each voice's cost — compute time per second of audio, measured on
 // its own workers by the sessions that ran it (a batching model's share: Metered) — and
 // reserves that much for every open session of the voice, speaking or not. A voice not measured yet counts what its model measured when
-// it was loaded (ProcessorInfo.Cost) if it did, and otherwise is admitted on the measured
+// it was loaded (ProcessorInfo.Shared) if it did, and otherwise is admitted on the measured
 // load alone; its sessions measure it.
 
 // costWindow is the audio over which a session measures its voice's cost before reporting it.
@@ -53,12 +53,12 @@ func (c *voiceCosts) get(voice string) (float64, bool) {
 func (s *Scheduler) VoiceCost(voice string) (float64, bool) { return s.costs.get(voice) }
 
 // costOf is what a second of audio of voice costs a worker: its learned cost, or before it
-// is learned, what its processor's model measured (ProcessorInfo.Cost; 0 if unknown).
+// is learned, what its processor's model measured (ProcessorInfo.Shared; 0 if unknown).
 func (s *Scheduler) costOf(voice string, info ProcessorInfo) float64 {
 	if c, ok := s.costs.get(voice); ok {
 		return c
 	}
-	return info.Cost
+	return info.Shared.Cost
 }
 
 // expectedLoad is the load the open sessions but except would put on the workers if all of

@@ -113,13 +113,13 @@ func TestMeteredCostLeavesOutWaiting(t *testing.T) {
 }
 
 // Before a voice's cost is learned, its sessions count what their processors' model measured
-// (ProcessorInfo.Cost): a burst of silent sessions on a fresh server is not all admitted.
+// (ProcessorInfo.Shared): a burst of silent sessions on a fresh server is not all admitted.
 func TestAdmissionByProcessorCost(t *testing.T) {
 	sched := NewScheduler(2)
 	defer sched.Close()
 	proc := func() Processor {
 		p := &blocking{Delay: *NewDelay(16000, 320, 0)}
-		p.Delay.info.Cost = 0.4 // core seconds per second: 0.2 of the two workers
+		p.Delay.info.Shared.Cost = 0.4 // core seconds per second: 0.2 of the two workers
 		return p
 	}
 	var open []*Live
@@ -166,7 +166,7 @@ func TestAdmissionByProcessorCost(t *testing.T) {
 	open = nil
 	heavy := func() Processor {
 		p := &blocking{Delay: *NewDelay(16000, 320, 0)}
-		p.Delay.info.Cost = 2 // the whole of both workers
+		p.Delay.info.Shared.Cost = 2 // the whole of both workers
 		return p
 	}
 	if sched.Admit("heavy", nil, heavy()) {

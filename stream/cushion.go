@@ -13,8 +13,10 @@ import (
 // late steps add covered them. So the scheduler learns each voice's slowest recent step and
 // the model sessions open when it was seen, and a starting session queues what that step,
 // scaled to the sessions open now, needs. Before any step of the voice was seen, the
-// processor's slowest step alone stands in for it, scaled from one session. A cushion larger
-// than needed costs latency only until the session trims what no pull used (trimWindow).
+// processor's slowest step alone stands in for it, scaled from one session — or, where that
+// is more, its model's slowest step with many sessions, measured when it was loaded
+// (ProcessorInfo.Shared), scaled from those. A cushion larger than needed costs latency only
+// until the session trims what no pull used (trimWindow).
 
 // slowWindow is how long a slowest step is remembered (two windows, the last complete one
 // and the current one, count).
@@ -120,7 +122,8 @@ func (s *Scheduler) noteSlowStep(l *Live, wall time.Duration) {
 // startCushion is the cushion (IO samples) l should queue before it starts playing: what the
 // slowest step expected of its voice, with the model sessions open now, takes beyond the
 // duration of the processor's chunk. Without a step seen, the processor's own slowest step
-// (its chunk plus its cushion) stands for one session.
+// (its chunk plus its cushion) stands for one session, or its Shared measurement for its
+// sessions, whichever predicts less.
 func (s *Scheduler) startCushion(l *Live) int {
 	info := l.sess.Info()
 	rate := float64(info.SampleRate)
@@ -130,6 +133,9 @@ func (s *Scheduler) startCushion(l *Live) int {
 	if !ok {
 		alone := chunk + time.Duration(float64(info.Cushion)/rate*float64(time.Second))
 		slow = slowStep{wall: alone, sessions: 1}.expect(n)
+		if sh := info.Shared; sh.Sessions > 0 && sh.Slowest > 0 {
+			slow = min(slow, slowStep{wall: sh.Slowest, sessions: sh.Sessions}.expect(n))
+		}
 	}
 	return max(int((slow-chunk).Seconds()*float64(l.sess.cfg.IORate)), 0)
 }

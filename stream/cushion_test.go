@@ -88,3 +88,40 @@ func TestSlowStepsWindows(t *testing.T) {
 		t.Error("a step two windows old still counts")
 	}
 }
+
+// Before any step is seen, a model's measurement of many sessions together (Shared) bounds
+// the cold estimate: one session alone scales as if each added its whole step, which
+// batching does not.
+func TestStartCushionFromShared(t *testing.T) {
+	sched := NewScheduler(2)
+	defer sched.Close()
+	const rate = 16000
+	ms := func(n int) int { return n * rate / 1000 }
+	var first *Live
+	open := func(n int) {
+		for range n {
+			p := &blocking{Delay: *NewDelay(rate, ms(20), 0)}
+			p.Delay.info.Cushion = ms(5) // 25 ms alone
+			p.Delay.info.Shared = Shared{Sessions: 8, Cost: 0.1, Slowest: 80 * time.Millisecond}
+			l, err := sched.NewLive(Config{IORate: rate}, "model", p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l.Close)
+			if first == nil {
+				first = l
+			}
+		}
+	}
+	for _, tc := range []struct{ open, sessions, want int }{
+		{1, 1, 25 - 20},    // alone: its own slowest step
+		{2, 3, 3*25 - 20},  // few: alone × 3 is less than the 80 ms of eight
+		{5, 8, 80 - 20},    // eight: as measured
+		{8, 16, 2*80 - 20}, // sixteen: the eight's step, doubled
+	} {
+		open(tc.open)
+		if got := sched.startCushion(first); got != ms(tc.want) {
+			t.Errorf("%d sessions: start cushion %d samples, want %d (%d ms)", tc.sessions, got, ms(tc.want), tc.want)
+		}
+	}
+}

@@ -28,11 +28,18 @@ type ProcessorInfo struct {
 	// duration, as measured when it was made (0: none). Without it the first slow chunks
 	// would each leave the listener a gap while the session's cushion grows to cover them.
 	Cushion int
-	// Cost is what a second of audio costs the machine, in core seconds, when the processor
-	// runs as one of many sessions of its model, measured when the model was loaded (0:
-	// unknown). The scheduler admits sessions of a voice by it until it has learned the
-	// voice's cost from running sessions (Scheduler.Admit).
-	Cost float64
+	// Shared is how the processor runs as one of many sessions of its model, measured when
+	// the model was loaded (zero: not measured). Until the scheduler has learned the voice
+	// from running sessions, it admits by Shared.Cost (Scheduler.Admit) and starts sessions
+	// with a cushion for Shared.Slowest (Scheduler.startCushion).
+	Shared Shared
+}
+
+// Shared is a measurement of sessions of one model running together.
+type Shared struct {
+	Sessions int           // how many ran together
+	Cost     float64       // what a second of audio cost the machine per session, in core seconds
+	Slowest  time.Duration // the slowest step one of them took
 }
 
 // Metered is a Processor whose calls' wall time is not what they cost the machine: a model

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -66,21 +67,22 @@ func warm(s *meanvc2.Stream, piece int) (int, error) {
 	return max(int(over), 0), nil
 }
 
-// MeanVC2Cost measures what a second of live conversion costs the machine per session when
-// sessions of m run together, their steps batched: that many live sessions (MeanVC2Processor
-// in a stream.Session at ioRate, resampling included) convert silence together, paced in
-// 20 ms pieces as a media clock feeds them, and their own cost (wall time less overcharge,
-// in core seconds; see stream.Metered) over three chunks after their first is divided by
-// the audio. The scheduler admits sessions by it (ProcessorInfo.Cost) until it has learned
-// the cost from real ones. Opening that many streams also compiles the batch programs up
-// to their number, which live sessions would otherwise wait for. It takes about 0.7 s.
-func MeanVC2Cost(m *meanvc2.Model, sessions, ioRate int) (float64, error) {
+// MeanVC2Shared measures how live sessions of m run together, their steps batched: that
+// many (MeanVC2Processor in a stream.Session at ioRate, resampling included) convert
+// silence together, paced in 20 ms pieces as a media clock feeds them. Over three chunks
+// after their first, it takes their own cost (wall time less overcharge, in core seconds;
+// see stream.Metered) per second of audio, and the slowest step. The scheduler admits and
+// starts sessions by it (ProcessorInfo.Shared) until it has learned the voice from real
+// ones. Opening that many streams also compiles the batch programs up to their number,
+// which live sessions would otherwise wait for. It takes about 0.7 s.
+func MeanVC2Shared(m *meanvc2.Model, sessions, ioRate int) (stream.Shared, error) {
+	var sh stream.Shared
 	if sessions < 1 || ioRate <= 0 {
-		return 0, fmt.Errorf("meanvc2 cost: %d sessions at %d Hz", sessions, ioRate)
+		return sh, fmt.Errorf("meanvc2 cost: %d sessions at %d Hz", sessions, ioRate)
 	}
 	t, err := m.Timbre(make([]float32, m.Config.SpkDim))
 	if err != nil {
-		return 0, fmt.Errorf("meanvc2 cost: %w", err)
+		return sh, fmt.Errorf("meanvc2 cost: %w", err)
 	}
 	procs := make([]stream.Processor, sessions)
 	defer func() {
@@ -93,16 +95,16 @@ func MeanVC2Cost(m *meanvc2.Model, sessions, ioRate int) (float64, error) {
 	sess := make([]*stream.Session, sessions)
 	for i := range procs {
 		if procs[i], err = MeanVC2Processor(m, t); err != nil {
-			return 0, fmt.Errorf("meanvc2 cost: %w", err)
+			return sh, fmt.Errorf("meanvc2 cost: %w", err)
 		}
 		if sess[i], err = stream.NewSession(stream.Config{IORate: ioRate}, "cost", procs[i]); err != nil {
-			return 0, fmt.Errorf("meanvc2 cost: %w", err)
+			return sh, fmt.Errorf("meanvc2 cost: %w", err)
 		}
 	}
 	const piece = 20 * time.Millisecond
 	chunk := time.Duration(m.Config.Runtime.ChunkSamples) * time.Second / time.Duration(m.Config.Runtime.SampleRate)
 	pieces := int(chunk / piece)
-	own := make([]time.Duration, sessions)
+	own, slowest := make([]time.Duration, sessions), make([]time.Duration, sessions)
 	errs := make([]error, sessions)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -119,7 +121,9 @@ func MeanVC2Cost(m *meanvc2.Model, sessions, ioRate int) (float64, error) {
 					return
 				}
 				if k >= pieces { // the first chunk only fills buffers
-					own[i] += time.Since(t0) - (metered.Overcharge() - over)
+					wall := time.Since(t0)
+					own[i] += wall - (metered.Overcharge() - over)
+					slowest[i] = max(slowest[i], wall)
 				}
 				se.Pull(out, time.Now())
 			}
@@ -127,14 +131,15 @@ func MeanVC2Cost(m *meanvc2.Model, sessions, ioRate int) (float64, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return 0, fmt.Errorf("meanvc2 cost: %w", err)
+		return sh, fmt.Errorf("meanvc2 cost: %w", err)
 	}
 	var sum time.Duration
 	for _, d := range own {
 		sum += d
 	}
 	audio := time.Duration(3*pieces) * piece
-	return sum.Seconds() / float64(sessions) / audio.Seconds(), nil
+	sh = stream.Shared{Sessions: sessions, Cost: sum.Seconds() / float64(sessions) / audio.Seconds(), Slowest: slices.Max(slowest)}
+	return sh, nil
 }
 
 // MeanVC2Info is the ProcessorInfo of m's live processors (whatever their target voice):

@@ -273,37 +273,37 @@ func rms(x []float32) float64 {
 	return math.Sqrt(s / float64(max(len(x), 1)))
 }
 
-// MeanVC2Cost runs its sessions and measures a positive cost per second of audio; the
-// voices made with it carry it to the scheduler (Info().Cost).
-func TestMeanVC2Cost(t *testing.T) {
+// MeanVC2Shared runs its sessions and measures a positive cost per second of audio and a
+// slowest step; the voices made with it carry it to the scheduler (Info().Shared).
+func TestMeanVC2Shared(t *testing.T) {
 	m, _, _ := tinyMeanVC2(t)
 	before := m.BatchStats()
-	cost, err := MeanVC2Cost(m, 4, 48000)
+	sh, err := MeanVC2Shared(m, 4, 48000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := m.BatchStats()
 	steps, batches := st.Steps-before.Steps, st.StepBatches-before.StepBatches
-	t.Logf("cost %.4f core-seconds per second of audio; %d steps in %d batches", cost, steps, batches)
-	if cost <= 0 || cost > 2 {
-		t.Errorf("cost %.4f core-seconds per second, want a positive fraction (a tiny model)", cost)
+	t.Logf("%+v; %d steps in %d batches", sh, steps, batches)
+	if sh.Sessions != 4 || sh.Cost <= 0 || sh.Cost > 2 || sh.Slowest <= 0 || sh.Slowest > 5*time.Second {
+		t.Errorf("measured %+v, want 4 sessions, a positive fraction of a core (a tiny model) and a slowest step", sh)
 	}
 	if steps == 0 {
 		t.Error("no DiT steps ran")
 	}
-	if _, err := MeanVC2Cost(m, 0, 48000); err == nil {
+	if _, err := MeanVC2Shared(m, 0, 48000); err == nil {
 		t.Error("no error for 0 sessions")
 	}
 
 	_, file, _, _ := runtime.Caller(0)
 	ref := filepath.Join(filepath.Dir(file), "..", "testdata", "speech_en_48k.wav")
-	v := &MeanVC2Voices{Model: m, DefaultRef: ref, Cost: cost}
+	v := &MeanVC2Voices{Model: m, DefaultRef: ref, Shared: sh}
 	p, err := v.Processor("someone", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stream.CloseProcessor(p)
-	if got := p.Info().Cost; got != cost {
-		t.Errorf("processor cost %v, want the voices' %v", got, cost)
+	if got := p.Info().Shared; got != sh {
+		t.Errorf("processor's measurement %+v, want the voices' %+v", got, sh)
 	}
 }

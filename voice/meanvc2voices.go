@@ -77,8 +77,9 @@ type MeanVC2Voices struct {
 	Model      *meanvc2.Model
 	Library    *library.Library
 	DefaultRef string
-	// Cost is a session's cost (MeanVC2Cost), given to its processors (ProcessorInfo.Cost).
-	Cost float64
+	// Shared is how the model's sessions run together (MeanVC2Shared), given to its
+	// processors (ProcessorInfo.Shared).
+	Shared stream.Shared
 }
 
 // Processor makes a MeanVC2 processor for ref ("" for the default), which must be one of
@@ -127,7 +128,7 @@ func (v *MeanVC2Voices) Processor(owner, ref string) (stream.Processor, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if mp, ok := p.(*meanvc2Proc); ok {
-		mp.info.Cost = v.Cost
+		mp.info.Shared = v.Shared
 	}
 	return p, nil
 }

@@ -370,14 +370,15 @@ func (a *app) loadMeanVC2(o serveOptions, lib *library.Library, voices *stream.R
 			return nil, nil, fmt.Errorf("--vc-model: %s and %s are both the %s MeanVC2 model; give one file per variant (120ms, 40ms)", prev, path, variant)
 		}
 		files[name] = path
-		// What a session costs when many run together, for admission before real sessions
+		// How sessions run together, for admission and start cushions before real sessions
 		// have taught the scheduler (it also compiles the batch programs now).
-		cost, err := voice.MeanVC2Cost(m, costSessions, 48000)
+		shared, err := voice.MeanVC2Shared(m, costSessions, 48000)
 		if err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(stdout, "%s: %d sessions together cost %.3f core-seconds per second of audio each\n", name, costSessions, cost)
-		vc := &voice.MeanVC2Voices{Model: m, Library: lib, DefaultRef: o.vcRef, Cost: cost}
+		fmt.Fprintf(stdout, "%s: %d sessions together cost %.3f core-seconds per second of audio each; slowest step %.0f ms\n",
+			name, shared.Sessions, shared.Cost, shared.Slowest.Seconds()*1000)
+		vc := &voice.MeanVC2Voices{Model: m, Library: lib, DefaultRef: o.vcRef, Shared: shared}
 		if a.vcBatches == nil {
 			a.vcBatches = map[string]func() metrics.VCBatchStats{}
 		}
