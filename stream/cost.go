@@ -10,9 +10,9 @@ import (
 // room full of sessions admitted while silent would saturate the workers once they all speak.
 // So the scheduler learns each voice's cost — compute time per second of audio, measured on
 // its own workers by the sessions that ran it (a batching model's share: Metered) — and
-// reserves that much for every open session of the voice, speaking or not. A voice not measured yet counts what its model measured when
-// it was loaded (ProcessorInfo.Shared) if it did, and otherwise is admitted on the measured
-// load alone; its sessions measure it.
+// reserves that much for every open session of the voice, speaking or not. A voice not
+// measured yet counts what its model measured when it was loaded (ProcessorInfo.Shared) if
+// it did, and otherwise is admitted on the measured load alone; its sessions measure it.
 
 // costWindow is the audio over which a session measures its voice's cost before reporting it.
 const costWindow = time.Second

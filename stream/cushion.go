@@ -63,7 +63,7 @@ func (w *slowSteps) roll(now time.Time) {
 }
 
 // note records a step of voice that took wall; sessions counts the model sessions open now
-// (called only for a step slower than the window's slowest, so rarely).
+// (called only for a step slower than the window's slowest so far, so rarely).
 func (v *voiceSteps) note(voice string, wall time.Duration, now time.Time, sessions func() int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()

@@ -188,6 +188,7 @@ type Live struct {
 	timer   *time.Timer      // Settle's, reused: the clock does not allocate per frame
 	recent  [16]atomic.Int64 // durations (ns) of the last steps that ran chunks, for Settle
 	builtin atomic.Bool      // every processor in use is built in: Push runs the step itself
+	playing atomic.Bool      // output has begun: the start cushion is settled
 	stepN   atomic.Uint64
 
 	costCompute, costAudio time.Duration // the cost window (noteCost), the step's own
@@ -429,10 +430,15 @@ func isBuiltin(p Processor) bool {
 // many samples were real audio; it never waits for processing.
 // Until output begins, the start cushion follows the model sessions open (startCushion).
 func (l *Live) Pull(dst []float32, now time.Time) int {
-	if !l.builtin.Load() && !l.sess.hasStarted() {
+	if l.playing.Load() {
+		return l.sess.Pull(dst, now)
+	}
+	if !l.builtin.Load() {
 		l.sess.setStartCushion(l.sched.startCushion(l))
 	}
-	return l.sess.Pull(dst, now)
+	n := l.sess.Pull(dst, now)
+	l.playing.Store(n > 0)
+	return n
 }
 
 // NoteQueueAge: see Session.NoteQueueAge.

@@ -171,12 +171,6 @@ func (s *Session) cushionIO() int {
 	return int(int64(s.info.Cushion) * int64(s.cfg.IORate) / int64(s.info.SampleRate))
 }
 
-func (s *Session) hasStarted() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.started
-}
-
 func (s *Session) setStartCushion(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
