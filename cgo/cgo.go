@@ -228,12 +228,10 @@ func Alloc(n int) (*Buffer, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("cgo: alloc %d bytes", n)
 	}
-	size := (max(n, 1) + 63) &^ 63
-	p := C.aligned_alloc(64, C.size_t(size))
+	p := C.vx_alloc(C.size_t(n))
 	if p == nil {
 		return nil, fmt.Errorf("cgo: out of memory allocating %d bytes", n)
 	}
-	C.memset(p, 0, C.size_t(size))
 	return &Buffer{ptr: p, bytes: n}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func newCtx(t testing.TB, threads int) *Context {
@@ -187,5 +188,30 @@ func TestContextCreateFreeLoop(t *testing.T) {
 		if after > before+8 {
 			t.Fatalf("threads: %d before, %d after 300 create/free cycles (workers leaked?)", before, after)
 		}
+	}
+}
+
+// Tensor memory: zeroed to its last byte at every size, 64-byte aligned, and buffers of 2 MiB
+// and more on a 2 MiB boundary (the start of their huge pages).
+func TestAllocZeroedAndAligned(t *testing.T) {
+	for _, n := range []int{0, 1, 63, 4097, 2<<20 - 1, 2 << 20, 3<<20 + 5, 9 << 20} {
+		b, err := Alloc(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := uintptr(b.Ptr())
+		if p%64 != 0 || n >= 2<<20 && p%(2<<20) != 0 {
+			t.Errorf("Alloc(%d) at %#x: want 64-byte alignment, and 2 MiB from 2 MiB on", n, p)
+		}
+		bytes := unsafe.Slice((*byte)(b.Ptr()), max(n, 1))
+		for i, v := range bytes[:n] {
+			if v != 0 {
+				t.Fatalf("Alloc(%d): byte %d is %d, want 0", n, i, v)
+			}
+		}
+		for i := range bytes {
+			bytes[i] = 0xa5 // writable to the end
+		}
+		b.Free()
 	}
 }
