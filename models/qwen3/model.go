@@ -81,6 +81,11 @@ type Model struct {
 	w       *lm
 	embed   *engine.Buffer // [Vocab, Hidden], also the output head when tied
 	head    *engine.Buffer // [Vocab, Hidden]; == embed when tied
+	// Per layer, q, k and v (and gate and up) as one product each where the weights stack
+	// (host weights in one encoding), else nil: a decode step reads the same bytes in fewer,
+	// wider products, which stream the weights faster than narrow ones. The separate
+	// weights are freed once fused.
+	qkv, gateUp []*nn.Linear
 
 	mu         sync.Mutex
 	restricted []restrictedHead // output heads made by SetOutputRows, shared by sessions
@@ -152,6 +157,10 @@ func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model,
 		return nil, fmt.Errorf("qwen3: %w", err)
 	}
 	m := &Model{Config: cfg, backend: backend, w: w, embed: w.Embed.Weight.Buf, head: w.Embed.Weight.Buf}
+	if err := m.fuse(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("qwen3: %w", err)
+	}
 	if !cfg.TieEmbed {
 		m.head = w.Head.Buf
 	} else if w.Head.Present() {
@@ -161,9 +170,44 @@ func FromSource(cfg Config, src weights.Source, backend engine.Backend) (*Model,
 	return m, nil
 }
 
+// fuse stacks each layer's q, k and v weights, and its gate and up weights, into one Linear
+// and frees the separate ones (a layer at a time, so loading peaks at one layer's extra).
+func (m *Model) fuse() error {
+	m.qkv = make([]*nn.Linear, len(m.w.Layers))
+	m.gateUp = make([]*nn.Linear, len(m.w.Layers))
+	for i := range m.w.Layers {
+		lb := &m.w.Layers[i]
+		for _, f := range []struct {
+			dst  **nn.Linear
+			name string
+			ls   []*nn.Linear
+		}{
+			{&m.qkv[i], "self_attn.qkv_proj", []*nn.Linear{&lb.Q, &lb.K, &lb.V}},
+			{&m.gateUp[i], "mlp.gate_up_proj", []*nn.Linear{&lb.Gate, &lb.Up}},
+		} {
+			fused, err := nn.FuseLinears(m.backend, fmt.Sprintf("model.layers.%d.%s", i, f.name), f.ls...)
+			if err != nil {
+				return err
+			}
+			if *f.dst = fused; fused != nil {
+				for _, l := range f.ls {
+					nn.Free(l)
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // Close frees the weight buffers; no session of the model may run afterwards.
 func (m *Model) Close() {
 	nn.Free(m.w)
+	for _, l := range append(slices.Clone(m.qkv), m.gateUp...) {
+		if l != nil {
+			l.Free()
+		}
+	}
+	m.qkv, m.gateUp = nil, nil
 	m.mu.Lock()
 	for _, h := range m.restricted {
 		h.buf.Free()
@@ -520,14 +564,16 @@ func (m *Model) layers(g *engine.Graph, x, pos engine.Tensor, attend func(i int,
 		lb := &m.w.Layers[i]
 		g.Label(fmt.Sprintf("model.layers.%d", i))
 		h := lb.InNorm.Forward(g, x, eps)
-		q := g.RoPE(heads(lb.Q.Forward(g, h), H, &lb.QNorm), pos, D, engine.RoPEHalf, theta)
-		k := g.RoPE(heads(lb.K.Forward(g, h), KV, &lb.KNorm), pos, D, engine.RoPEHalf, theta)
-		v := heads(lb.V.Forward(g, h), KV, nil)
+		qkv := nn.ForwardFused(g, m.qkv[i], h, &lb.Q, &lb.K, &lb.V)
+		q := g.RoPE(heads(qkv[0], H, &lb.QNorm), pos, D, engine.RoPEHalf, theta)
+		k := g.RoPE(heads(qkv[1], KV, &lb.KNorm), pos, D, engine.RoPEHalf, theta)
+		v := heads(qkv[2], KV, nil)
 		att := g.Reshape(g.Permute(attend(i, q, k, v), 0, 2, 1, 3), T, H*D)
 		x = g.Add(x, lb.O.Forward(g, att))
 
 		h2 := lb.PostNorm.Forward(g, x, eps)
-		mlp := g.Mul(g.SiLU(lb.Gate.Forward(g, h2)), lb.Up.Forward(g, h2))
+		gu := nn.ForwardFused(g, m.gateUp[i], h2, &lb.Gate, &lb.Up)
+		mlp := g.Mul(g.SiLU(gu[0]), gu[1])
 		x = g.Add(x, lb.Down.Forward(g, mlp))
 		if after != nil {
 			after(i, x)

@@ -87,8 +87,11 @@ func TestQuantizedGolden(t *testing.T) {
 			if c.edt == engine.Q8_0 {
 				layerDT = engine.Q8_0R8
 			}
-			if m.embed.DType() != c.edt || m.w.Layers[0].Gate.Weight.Buf.DType() != layerDT || m.w.Norm.Weight.Buf.DType() != engine.F32 {
-				t.Fatalf("weights not kept as %s: embed %v gate %v norm %v", c.dt, m.embed.DType(), m.w.Layers[0].Gate.Weight.Buf.DType(), m.w.Norm.Weight.Buf.DType())
+			if m.embed.DType() != c.edt || m.w.Layers[0].Down.Weight.Buf.DType() != layerDT || m.w.Norm.Weight.Buf.DType() != engine.F32 {
+				t.Fatalf("weights not kept as %s: embed %v down %v norm %v", c.dt, m.embed.DType(), m.w.Layers[0].Down.Weight.Buf.DType(), m.w.Norm.Weight.Buf.DType())
+			}
+			if m.qkv[0] == nil || m.gateUp[0] == nil || m.gateUp[0].Weight.Buf.DType() != layerDT || m.w.Layers[0].Gate.Weight.Buf != nil {
+				t.Fatalf("%s: q/k/v and gate/up not fused on the CPU (or the separate weights kept)", c.dt)
 			}
 			s, err := m.NewSession(len(ids) + len(wantIDs))
 			if err != nil {
