@@ -712,7 +712,7 @@ type attnCase struct {
 	name                    string
 	B, H, Hk, Tq, Tk, D, Dv int64
 	scale                   float32
-	mask                    string // "", "full", "row" ([1, Tk] broadcast), "causal-inf" (with fully masked rows)
+	mask                    string // "", "full", "row" ([1, Tk] broadcast), "causal-inf" (with fully masked rows), "tail-inf" ([1, Tk]: a cache bucket's hidden tail and one hidden key)
 	bias                    string // "", "full", "heads-bcast" (stride 0 over H)
 	qkvTransposed           bool   // q, k, v stored as [B, T, H, D]
 	kStep                   int64  // k inner stride (> 1: packed)
@@ -746,6 +746,14 @@ func runAttention(t *testing.T, rng *rand.Rand, c attnCase) {
 			mask = newView(t, []int64{c.Tq, c.Tk}, layout{}, func() float32 { return float32(rng.Float64() - 0.5) })
 		case "row":
 			mask = newView(t, []int64{1, c.Tk}, layout{}, func() float32 { return float32(rng.Float64() - 0.5) })
+		case "tail-inf": // a decode mask over a cache bucket: the tail not yet written, and key 2
+			mask = newView(t, []int64{1, c.Tk}, layout{}, func() float32 { return float32(rng.Float64() - 0.5) })
+			m := mask.buf.Float32s()
+			for j := int64(0); j < c.Tk; j++ {
+				if j == 2 || j >= c.Tk*2/3 {
+					m[j] = float32(math.Inf(-1))
+				}
+			}
 		case "bcast-rows": // [Tq, Tk] with stride 0 over rows
 			mask = newView(t, []int64{c.Tq, c.Tk}, layout{bcast: map[int]bool{0: true}}, func() float32 { return float32(rng.Float64()) })
 		case "causal-inf":
@@ -850,6 +858,10 @@ func TestAttention(t *testing.T) {
 		{name: "decode GQA, per-head bias and full mask", B: 2, H: 6, Hk: 2, Tq: 1, Tk: 20, D: 16, Dv: 8,
 			scale: 0.3, mask: "full", bias: "full"},
 		{name: "decode MHA", B: 2, H: 3, Hk: 3, Tq: 1, Tk: 65, D: 32, Dv: 17, scale: 0.2, mask: "row"},
+		{name: "decode GQA over a cache bucket (hidden tail)", B: 1, H: 16, Hk: 8, Tq: 1, Tk: 35, D: 128, Dv: 128,
+			scale: 0.088, mask: "tail-inf"},
+		{name: "decode GQA, 4 heads a kv head, hidden tail, bias", B: 2, H: 8, Hk: 2, Tq: 1, Tk: 13, D: 16, Dv: 24,
+			scale: 0.25, mask: "tail-inf", bias: "heads-bcast"},
 		{name: "decode GQA, strided q/k/v and out", B: 1, H: 4, Hk: 1, Tq: 1, Tk: 40, D: 24, Dv: 24, scale: 0.2,
 			qkvTransposed: true, outTransposed: true},
 		{name: "row mask broadcast over queries", B: 1, H: 2, Hk: 1, Tq: 4, Tk: 9, D: 8, Dv: 5, scale: 0.5, mask: "row"},

@@ -42,3 +42,13 @@ func (c *Context) testParallelThreads(n int, byThread *Buffer) {
 func (c *Context) benchParallelFor(n, iters int) {
 	C.vx_bench_parallel_for(c.c, C.int64_t(n), C.int64_t(iters))
 }
+
+// setAttentionDecodeKernel turns decode attention's own kernel on (the default) or off (the
+// blocked-GEMM path it replaced), for a benchmark comparing the two; not safe while a plan runs.
+func setAttentionDecodeKernel(on bool) {
+	v := 0
+	if on {
+		v = 1
+	}
+	C.vx_attn_decode_kernel = C.int(v)
+}
