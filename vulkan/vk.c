@@ -227,7 +227,17 @@ struct vxk_dev {
 	pthread_mutex_t mu; /* one submission at a time */
 	double ns_per_tick; /* timestamp period; 0: the queue has no timestamps */
 	uint64_t tick_mask; /* the timestamps' valid bits */
+	/* Set (under mu) once a submission reports the device lost or never finishes: every later
+	 * submission fails at once with the first failure's words instead of waiting on a
+	 * device that will not answer. */
+	int lost;
+	char lost_why[160];
+	VkResult inject; /* tests: the next submission's result, without submitting (0: none) */
 };
+
+/* How long a submission may run before the device counts as hung (lost). A program run is
+ * milliseconds on a GPU; lavapipe's slowest golden stage is seconds. */
+#define SUBMIT_TIMEOUT_NS (120ull * 1000 * 1000 * 1000)
 
 vxk_dev *vxk_open(int i, char *err) {
 	if (vxk_load(err))
@@ -302,7 +312,8 @@ void vxk_close(vxk_dev *d) {
 	if (!d)
 		return;
 	if (d->dev) {
-		d->f.vkDeviceWaitIdle(d->dev);
+		if (!d->lost) /* a hung device might never go idle */
+			d->f.vkDeviceWaitIdle(d->dev);
 		if (d->fence)
 			d->f.vkDestroyFence(d->dev, d->fence, NULL);
 		if (d->pool)
@@ -390,18 +401,46 @@ void vxk_free(vxk_dev *d, vxk_buf *b) {
 	memset(b, 0, sizeof *b);
 }
 
-/* submit_wait submits an ended command buffer and waits for it; d->mu is held. */
+/* submit_wait submits an ended command buffer and waits for it; d->mu is held. A lost or
+ * hung device is remembered: its fence may never signal, so it is not reused. */
 static int submit_wait(vxk_dev *d, VkCommandBuffer cmd, char *err) {
-	VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
-	VkResult r = d->f.vkQueueSubmit(d->queue, 1, &si, d->fence);
-	if (r == VK_SUCCESS)
-		r = d->f.vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
-	d->f.vkResetFences(d->dev, 1, &d->fence);
-	if (r != VK_SUCCESS) {
-		fail(err, "queue submission: %s (%d)", vkres(r), r);
+	if (d->lost) {
+		fail(err, "the device was lost earlier (%s); reopen the model to use it again", d->lost_why);
 		return -1;
 	}
-	return 0;
+	VkResult r = d->inject;
+	if (r != VK_SUCCESS) {
+		d->inject = VK_SUCCESS;
+	} else {
+		VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+		r = d->f.vkQueueSubmit(d->queue, 1, &si, d->fence);
+		if (r == VK_SUCCESS)
+			r = d->f.vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, SUBMIT_TIMEOUT_NS);
+		if (r == VK_SUCCESS)
+			d->f.vkResetFences(d->dev, 1, &d->fence);
+	}
+	if (r == VK_SUCCESS)
+		return 0;
+	if (r == VK_ERROR_DEVICE_LOST || r == VK_TIMEOUT) {
+		d->lost = 1;
+		snprintf(d->lost_why, sizeof d->lost_why, "%s",
+		         r == VK_TIMEOUT ? "a submission did not finish in 120 s" : "the driver reported the device lost");
+	}
+	fail(err, "queue submission: %s (%d)", vkres(r), r);
+	return -1;
+}
+
+void vxk_inject(vxk_dev *d, int result) {
+	pthread_mutex_lock(&d->mu);
+	d->inject = (VkResult)result;
+	pthread_mutex_unlock(&d->mu);
+}
+
+int vxk_lost(vxk_dev *d) {
+	pthread_mutex_lock(&d->mu);
+	int lost = d->lost;
+	pthread_mutex_unlock(&d->mu);
+	return lost;
 }
 
 /* submit ends the device's command buffer (what begin started) and runs it; d->mu is held. */

@@ -62,5 +62,9 @@ int vxk_timestamps(vxk_dev *d);
  * for i = 0) to the end of dispatch i. */
 int vxk_prog_times(vxk_prog *pr, double *ns, char *err);
 void vxk_prog_free(vxk_prog *pr);
+/* Whether a submission found the device lost or hung; every later one fails at once. */
+int vxk_lost(vxk_dev *d);
+/* Tests: the next submission returns result (a VkResult) without running. */
+void vxk_inject(vxk_dev *d, int result);
 
 #endif

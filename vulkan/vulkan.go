@@ -177,7 +177,22 @@ func (d *Device) Close() {
 	d.d, d.pipes = nil, nil
 }
 
+// ErrDeviceLost is in the error of every submission (a run, a copy, a new buffer's zeroing)
+// once the device is lost: the driver said so, or a submission never finished. A lost device
+// does not come back; the model must be opened again (on another device, or the CPU).
+var ErrDeviceLost = errors.New("device lost")
+
+// Lost reports whether the device is lost (see ErrDeviceLost).
+func (d *Device) Lost() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.d != nil && C.vxk_lost(d.d) != 0
+}
+
 func (d *Device) errorf(what string, e *C.char) error {
+	if C.vxk_lost(d.d) != 0 {
+		return fmt.Errorf("vulkan: %s on %s: %w (%w)", what, d.Info.Name, cerr(e), ErrDeviceLost)
+	}
 	return fmt.Errorf("vulkan: %s on %s: %w", what, d.Info.Name, cerr(e))
 }
 

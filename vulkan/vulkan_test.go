@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"bytes"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -626,5 +627,63 @@ func TestNewBuffersAreZero(t *testing.T) {
 		}
 		copy(h.Float32s(), nan)
 		h.Free()
+	}
+}
+
+// A failed submission is an error; a lost (or hung) device stays lost: every later
+// submission fails at once with ErrDeviceLost, nothing waits on it, and closing it returns.
+// lavapipe never loses its device, so the driver's answers are injected.
+func TestDeviceLost(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		result int
+		why    string
+	}{{"lost", vkErrorDeviceLost, "driver reported the device lost"}, {"hung", vkTimeout, "did not finish"}} {
+		t.Run(c.name, func(t *testing.T) {
+			d := device(t)
+			x := upload(t, d, []float32{1, -2, 3, -4})
+			y := upload(t, d, make([]float32, 4))
+			dp, err := UnaryOp(cgo.UAbs, Contiguous(x, 4), Contiguous(y, 4), 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := d.NewProgram([]Dispatch{dp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prog.Close()
+			if err := prog.Run(); err != nil || y.Float32s()[3] != 4 {
+				t.Fatalf("first run: %v, y %v", err, y.Float32s())
+			}
+
+			// A failure that is not a loss fails that run only.
+			d.injectSubmitResult(vkErrorOutOfHost)
+			if err := prog.Run(); err == nil || errors.Is(err, ErrDeviceLost) || d.Lost() {
+				t.Fatalf("out of host memory: err %v (lost %v), want a plain error", err, d.Lost())
+			}
+			if err := prog.Run(); err != nil {
+				t.Fatalf("run after a transient failure: %v", err)
+			}
+
+			d.injectSubmitResult(c.result)
+			err = prog.Run()
+			if !errors.Is(err, ErrDeviceLost) || !d.Lost() {
+				t.Fatalf("run on a %s device: err %v, Lost %v; want ErrDeviceLost", c.name, err, d.Lost())
+			}
+			start := time.Now()
+			err = prog.Run()
+			if !errors.Is(err, ErrDeviceLost) || !strings.Contains(err.Error(), c.why) {
+				t.Fatalf("next run: %v, want ErrDeviceLost saying %q", err, c.why)
+			}
+			if _, err := d.Alloc(16, false); !errors.Is(err, ErrDeviceLost) {
+				t.Fatalf("a new device buffer (zeroed by a submission): %v, want ErrDeviceLost", err)
+			}
+			if err := x.CopyTo(y, 4); !errors.Is(err, ErrDeviceLost) {
+				t.Fatalf("a copy: %v, want ErrDeviceLost", err)
+			}
+			if s := time.Since(start); s > time.Second {
+				t.Fatalf("failing on a lost device took %v: it should not wait on it", s)
+			}
+		})
 	}
 }
