@@ -155,6 +155,7 @@ func BenchmarkAttention(b *testing.B) {
 		{"self-T500-H8-D64", 1, 8, 8, 500, 500, 64, 64},
 		{"decode-Tk500-H16-Hk8-D128", 1, 16, 8, 1, 500, 128, 128},
 		{"decode-Tk128-H16-Hk8-D128", 1, 16, 8, 1, 128, 128, 128}, // MioTTS 0.6B, a cache bucket
+		{"dit-step", 1, 2, 2, 16, 52, 64, 64},                     // MeanVC2: 16 frames over the cache
 	}
 	for _, c := range cases {
 		for _, threads := range []int{1, 2} {
