@@ -1165,14 +1165,15 @@ __attribute__((target("avx2,fma"))) static void scale_row_avx2(float *o, int64_t
  * rows prefetched, and the keys the mask hides (−Inf: a cache bucket's unwritten tail) are not
  * weighted, nor read when a block of four is hidden. The blocked GEMM packed K and V for a
  * product of two rows: 0.70x its time on a cold cache (BenchmarkAttentionDecodeCold).
- * s holds rows × Tk scores. */
+ * s holds rows × Tk scores, inv the rows' softmax normalisers. */
 #define PF_ROWS 8 /* cache rows ahead that decode attention prefetches */
 __attribute__((target("avx2,fma"))) static void attn_decode_avx2(const float *q, int64_t ldq, const float *k,
                                                                  int64_t skt, const float *v, int64_t svt,
                                                                  float *o, int64_t ldo, int64_t rows, int64_t Tk,
                                                                  int64_t D, int64_t Dv, float scale,
                                                                  const float *bias, int64_t sbh, int64_t sbk,
-                                                                 const float *mask, int64_t smk, float *s) {
+                                                                 const float *mask, int64_t smk, float *s,
+                                                                 float *inv) {
 	for (int64_t t = 0; t < Tk; t += 4) {
 		int64_t nt = Tk - t < 4 ? Tk - t : 4, live = 0;
 		int hidden[4] = {0, 0, 0, 0};
@@ -1205,7 +1206,6 @@ __attribute__((target("avx2,fma"))) static void attn_decode_avx2(const float *q,
 				sr[i] = hidden[i] ? 0.0f : sc[i]; /* a hidden row's garbage never meets the −Inf */
 		}
 	}
-	float inv[rows];
 	for (int64_t r = 0; r < rows; r++)
 		inv[r] = softmax_row_avx2(s + r * Tk, Tk, scale, bias ? bias + r * sbh : NULL, sbk, mask, smk);
 	for (int64_t r = 0; r < rows; r++)
@@ -1283,7 +1283,7 @@ static void attn_task(void *p, int64_t i) {
 #ifdef VX_HAVE_X86
 	if (j->group_mode && j->simd && vx_attn_decode_kernel && j->D % 8 == 0 && j->Dv % 8 == 0) {
 		attn_decode_avx2(q, ldq, k, j->sk[2], v, j->sv[2], o, ldo, rows, Tk, j->D, j->Dv, j->scale,
-		                 j->bias ? j->bias + h0 * j->sbh : NULL, j->sbh, j->sbk, j->mask, j->smk, s);
+		                 j->bias ? j->bias + h0 * j->sbh : NULL, j->sbh, j->sbk, j->mask, j->smk, s, inv);
 		return;
 	}
 #endif

@@ -202,7 +202,7 @@ func (m *Model) fuse() error {
 // Close frees the weight buffers; no session of the model may run afterwards.
 func (m *Model) Close() {
 	nn.Free(m.w)
-	for _, l := range append(slices.Clone(m.qkv), m.gateUp...) {
+	for _, l := range slices.Concat(m.qkv, m.gateUp) {
 		if l != nil {
 			l.Free()
 		}
