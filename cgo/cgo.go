@@ -238,7 +238,7 @@ func Alloc(n int) (*Buffer, error) {
 // Free releases the buffer; it must not be used afterwards.
 func (b *Buffer) Free() {
 	if b != nil && b.ptr != nil {
-		C.free(b.ptr)
+		C.vx_free(b.ptr, C.size_t(b.bytes))
 		b.ptr = nil
 	}
 }

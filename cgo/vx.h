@@ -238,9 +238,10 @@ extern int vx_cpu_features; /* set by vx_init, masked by vx_force_portable */
 /* Index of the calling thread within its context while inside vx_parallel_for: 0 for the
  * calling thread, 1..n_threads-1 for the workers. */
 int vx_thread_id(void);
-/* Zeroed tensor memory, 64-byte aligned; buffers of 2 MiB and more start on a 2 MiB boundary
- * and ask for transparent huge pages. Release with free(). */
+/* Zeroed tensor memory, 64-byte aligned; buffers of 2 MiB and more are mapped on a 2 MiB
+ * boundary and ask for transparent huge pages. Release with vx_free and the same size. */
 void *vx_alloc(size_t bytes);
+void vx_free(void *p, size_t bytes);
 
 /* Growable scratch memory owned by the context, 64-byte aligned, contents not preserved
  * between calls. slot 0..n_threads-1 is a thread's own (use vx_thread_id() inside tasks),
