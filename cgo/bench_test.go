@@ -287,3 +287,57 @@ func BenchmarkConv1D(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConv2DSubsampling: the conformer's subsampling front, as MeanVC2's ASR runs it a
+// window at a time: Conv2D 1→256 (3×3, stride 2) over 19×80 fbank frames, ReLU, Conv2D
+// 256→256 (3×3, stride 2), kernels packed (F32P) as models/nn loads them; 8 copies of the
+// kernels, so they come from memory as a model's do.
+func BenchmarkConv2DSubsampling(b *testing.B) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	const copies = 8
+	x, h, y := benchBuf(b, rng, 19*80), benchBuf(b, rng, 256*9*39), benchBuf(b, rng, 256*4*19)
+	defer x.Free()
+	defer h.Free()
+	defer y.Free()
+	tensors := []Tensor{tensorOf(x, 1, 1, 19, 80), tensorOf(h, 1, 256, 9, 39), tensorOf(y, 1, 256, 4, 19)}
+	var nodes []Node
+	stride2 := [8]int64{2, 2, 0, 0, 1, 1, 1}
+	for range copies {
+		w0 := f32pWeight(b, randFloats(rng, 256*9), 256, 9)
+		w1 := f32pWeight(b, randFloats(rng, 256*256*9), 256, 256*9)
+		defer w0.Free()
+		defer w1.Free()
+		s0, s1 := []int64{256, 1, 3, 3}, []int64{256, 256, 3, 3}
+		tensors = append(tensors, Tensor{Data: w0.Ptr(), DType: F32P, Shape: s0, Stride: Contiguous(s0)},
+			Tensor{Data: w1.Ptr(), DType: F32P, Shape: s1, Stride: Contiguous(s1)})
+		n := len(tensors)
+		nodes = append(nodes, Node{Op: OpConv2D, Src: []int{0, n - 2}, Dst: 1, IP: stride2},
+			Node{Op: OpUnary, Src: []int{1}, Dst: 1, IP: [8]int64{UReLU}},
+			Node{Op: OpConv2D, Src: []int{1, n - 1}, Dst: 2, IP: stride2})
+	}
+	p, err := NewPlan(nodes, tensors)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Free()
+	for _, threads := range []int{1, 2} {
+		b.Run(fmt.Sprintf("%dt", threads), func(b *testing.B) {
+			ctx := newCtx(b, threads)
+			defer ctx.Close()
+			for b.Loop() {
+				if err := ctx.Execute(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*copies), "µs/front")
+		})
+	}
+}
+
+func randFloats(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.Float64()*2 - 1)
+	}
+	return v
+}

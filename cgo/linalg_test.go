@@ -528,6 +528,7 @@ func TestConv2D(t *testing.T) {
 		{B: 1, Cin: 3, Cout: 5, H: 1, W: 7, KH: 1, KW: 3, sh: 1, sw: 1, pw: 1, dh: 1, dw: 1, g: 1},
 		{B: 2, Cin: 7, Cout: 37, H: 40, W: 30, KH: 3, KW: 2, sh: 2, sw: 2, ph: 1, pw: 1, dh: 1, dw: 2, g: 1, bias: true}, // > 128 positions
 		{B: 1, Cin: 24, Cout: 33, H: 9, W: 39, KH: 3, KW: 3, sh: 2, sw: 2, dh: 1, dw: 1, g: 1, bias: true},               // the ASR's conv.2, small
+		{B: 1, Cin: 2, Cout: 3, H: 12, W: 11, KH: 9, KW: 9, sh: 1, sw: 1, ph: 4, pw: 4, dh: 1, dw: 1, g: 1},              // > 64 taps a patch
 	}
 	for _, c := range cases {
 		name := fmt.Sprintf("%+v", c)
