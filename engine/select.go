@@ -8,8 +8,8 @@ import (
 	"github.com/voxpipe/voxpipe/vulkan"
 )
 
-// BackendUsage is the help text of a --backend flag.
-const BackendUsage = "where the model runs: auto (a discrete GPU through Vulkan if there is one, else the CPU), cpu, vulkan (the first GPU, else the first Vulkan device) or vulkan:N (device N of voxpipe devices --gpu)"
+// BackendUsage is the help text of a --backend flag's values; each flag says what runs there.
+const BackendUsage = "auto (a discrete GPU through Vulkan if there is one, else the CPU), cpu, vulkan (the first GPU, else the first Vulkan device) or vulkan:N (device N of voxpipe devices --gpu)"
 
 // BackendSpec is a parsed --backend value.
 type BackendSpec struct {
