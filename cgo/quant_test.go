@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -89,6 +90,7 @@ func TestLinearQ(t *testing.T) {
 	shapes := []struct{ m, n, k int }{
 		{1, 7, 32}, {1, 33, 96}, {1, 1025, 1056}, {3, 17, 160}, {8, 64, 64},
 		{58, 101, 288}, {58, 515, 1024}, {1, 3072, 1024}, {9, 5, 32}, {58, 3, 2048},
+		{6, 9, 64}, {13, 41, 96}, // Q8_0R8 on VNNI: rows 4+2, 8+4+1 at a time
 	}
 	f16Only := []struct{ m, n, k int }{{1, 9, 37}, {2, 31, 100}, {58, 45, 75}}
 	rng := rand.New(rand.NewPCG(7, 1))
@@ -204,6 +206,76 @@ func TestLinearQ(t *testing.T) {
 	}
 	for k, v := range worst {
 		t.Logf("worst |error|/Σ|x||w| %s (M=9 stands for the prefill path): %.2e", k, v)
+	}
+}
+
+// TestLinearQ8R8RowsIndependent: a Q8_0R8 product gives each x row the bits it gets alone,
+// however many rows share the call (the VNNI kernels take them 8, 4, 2 or 1 at a time; other
+// levels up to 8 rows, beyond which they widen panels for sgemm), on every SIMD level and
+// thread count: batched decode steps rely on it to give each stream exactly what it gets
+// alone.
+func TestLinearQ8R8RowsIndependent(t *testing.T) {
+	const n, k, rows = 37, 160, 15
+	rng := rand.New(rand.NewPCG(8, 3))
+	w := make([]float32, n*k)
+	for i := range w {
+		w[i] = float32(rng.NormFloat64())
+	}
+	x := make([]float32, rows*k)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	raw, _ := encode(t, w, k, Q8_0R8)
+	wb, xb, yb := cBytes(t, raw), cFloats(t, x), cFloats(t, make([]float32, rows*n))
+	defer wb.Free()
+	defer xb.Free()
+	defer yb.Free()
+	linear := func(ctx *Context, m int) []float32 {
+		p, err := NewPlan([]Node{{Op: OpLinearQ, Src: []int{1, 2}, Dst: 0}}, []Tensor{
+			{Data: yb.Ptr(), DType: F32, Shape: []int64{int64(m), n}, Stride: []int64{n, 1}},
+			{Data: xb.Ptr(), DType: F32, Shape: []int64{int64(m), k}, Stride: []int64{k, 1}},
+			{Data: wb.Ptr(), DType: Q8_0R8, Shape: []int64{n, k}, Stride: []int64{k, 1}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Free()
+		if err := ctx.Execute(p); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(yb.Float32s()[:m*n])
+	}
+	defer LimitCPUFeatures(Init())
+	ctx1, _ := NewContext(1)
+	defer ctx1.Close()
+	ctx2, _ := NewContext(2)
+	defer ctx2.Close()
+	for _, lv := range simdLevels() {
+		LimitCPUFeatures(lv.mask)
+		all := linear(ctx1, rows) // every row computed together (VNNI), then each row alone
+		var alone [][]float32
+		for r := range rows {
+			xr := xb.Float32s()
+			copy(xr, x[r*k:(r+1)*k])
+			alone = append(alone, linear(ctx1, 1))
+		}
+		copy(xb.Float32s(), x)
+		for _, ctx := range []*Context{ctx1, ctx2} {
+			for _, m := range []int{2, 3, 4, 5, 6, 7, 8, 9, 12, 13, rows} {
+				if m > 8 && LimitCPUFeatures(lv.mask)&CPUAVX512F == 0 {
+					continue
+				}
+				y := all
+				if m != rows || ctx != ctx1 {
+					y = linear(ctx, m)
+				}
+				for r := range m {
+					if !equalBits(y[r*n:(r+1)*n], alone[r]) {
+						t.Fatalf("%s, %d threads: row %d of %d differs from the row alone", lv.name, ctx.Threads(), r, m)
+					}
+				}
+			}
+		}
 	}
 }
 
@@ -407,8 +479,8 @@ func TestGoldenQuantKernels(t *testing.T) {
 }
 
 // BenchmarkLinearQ times OpLinearQ on a 2-thread context at the 0.6B LM's FFN shape (K 1024,
-// N 3072) for decode (M 1) and prefill (M 58), 16 nodes per plan, each with its own weight
-// so they stream from memory; GB/s counts the weight bytes.
+// N 3072) for decode (M 1), batched decode of 2, 4 and 8 streams and prefill (M 58), 16 nodes
+// per plan, each with its own weight so they stream from memory; GB/s counts the weight bytes.
 func BenchmarkLinearQ(b *testing.B) {
 	Init()
 	rng := rand.New(rand.NewPCG(2, 2))
@@ -423,7 +495,7 @@ func BenchmarkLinearQ(b *testing.B) {
 		for range nodes {
 			ws = append(ws, cBytes(b, raw))
 		}
-		for _, m := range []int64{1, 58} {
+		for _, m := range []int64{1, 2, 4, 8, 58} {
 			name := fmt.Sprintf("%s/%dx%dx%d", map[DType]string{Q8_0: "q8_0", F16: "f16", Q8_0R8: "q8_0r8"}[d], m, K, N)
 			b.Run(name, func(b *testing.B) {
 				x, y := benchBuf(b, rng, m*K), benchBuf(b, rng, m*N)
