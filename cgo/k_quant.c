@@ -351,6 +351,20 @@ static inline double ldf64(const void *p) {
 	return v;
 }
 
+/* load_r8_block loads a block record's four weight vectors and returns its scales, two lanes
+ * a row, after prefetching the record PF_AHEAD bytes on (keeping several blocks in flight). */
+static QVNNI_FN QINLINE __m512 load_r8_block(const uint8_t *rec, __m512i *w0, __m512i *w1, __m512i *w2, __m512i *w3) {
+	if (PF_AHEAD > 0)
+		for (int l = 0; l < RB; l += 64)
+			_mm_prefetch((const char *)(rec + PF_AHEAD + l), _MM_HINT_T0);
+	*w0 = _mm512_loadu_si512(rec + 16);
+	*w1 = _mm512_loadu_si512(rec + 80);
+	*w2 = _mm512_loadu_si512(rec + 144);
+	*w3 = _mm512_loadu_si512(rec + 208);
+	__m128i h = _mm_loadu_si128((const __m128i *)rec);
+	return _mm512_cvtph_ps(_mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h)));
+}
+
 /* 512-bit lanes 2r and 2r+1 belong to row r: one dpbusd multiplies 8 rows by 8 x values. The
  * unsigned operand is the stored q+128, so each block starts its sum at -128*sum(x). Decode
  * (one x row) streams the weights once, prefetching ahead. */
@@ -358,14 +372,8 @@ static QVNNI_FN void dot_r8_vnni(const uint8_t *grp, const int8_t *xq, const flo
                                  int64_t nb, float *out) {
 	__m512 acc = _mm512_setzero_ps();
 	for (int64_t b = 0; b < nb; b++) {
-		const uint8_t *rec = grp + b * RB;
-		if (PF_AHEAD > 0) /* keep several blocks in flight */
-			for (int l = 0; l < RB; l += 64)
-				_mm_prefetch((const char *)(rec + PF_AHEAD + l), _MM_HINT_T0);
-		__m512i w0 = _mm512_loadu_si512(rec + 16), w1 = _mm512_loadu_si512(rec + 80);
-		__m512i w2 = _mm512_loadu_si512(rec + 144), w3 = _mm512_loadu_si512(rec + 208);
-		__m128i h = _mm_loadu_si128((const __m128i *)rec);
-		__m512 sw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h)));
+		__m512i w0, w1, w2, w3;
+		__m512 sw = load_r8_block(grp + b * RB, &w0, &w1, &w2, &w3);
 		const int8_t *xb = xq + b * QK;
 		__m512i s0 = _mm512_maskz_set1_epi32(0x5555, -128 * xs[b]);
 		__m512i s1 = _mm512_setzero_si512();
@@ -399,14 +407,8 @@ static QVNNI_FN QINLINE void dot_r8_vnni_pairs(const uint8_t *grp, const int8_t 
 	for (int p = 0; p < np; p++)
 		acc[p] = _mm512_setzero_ps();
 	for (int64_t b = 0; b < nb; b++) {
-		const uint8_t *rec = grp + b * RB;
-		if (PF_AHEAD > 0)
-			for (int l = 0; l < RB; l += 64)
-				_mm_prefetch((const char *)(rec + PF_AHEAD + l), _MM_HINT_T0);
-		__m512i w0 = _mm512_loadu_si512(rec + 16), w1 = _mm512_loadu_si512(rec + 80);
-		__m512i w2 = _mm512_loadu_si512(rec + 144), w3 = _mm512_loadu_si512(rec + 208);
-		__m128i h = _mm_loadu_si128((const __m128i *)rec);
-		__m512 sw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h)));
+		__m512i w0, w1, w2, w3;
+		__m512 sw = load_r8_block(grp + b * RB, &w0, &w1, &w2, &w3);
 		for (int p = 0; p < np; p++) {
 			const int8_t *xa = xq + 2 * p * k + b * QK, *xb = xa + k;
 			__m512i sa = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w0, _mm512_set1_epi64(ld64(xa)));
