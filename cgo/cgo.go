@@ -217,6 +217,10 @@ func LimitCPUFeatures(mask int) int {
 	return int(C.vx_limit_cpu_features(C.int(mask)))
 }
 
+// LinearQVNNI says whether Q8_0R8 products now run the int8 VNNI kernels, which take any
+// number of rows without widening W (under the features LimitCPUFeatures left in use).
+func LinearQVNNI() bool { return C.vx_linear_q_vnni() != 0 }
+
 // Buffer is tensor memory allocated in C (64-byte aligned), so plans can point at it.
 type Buffer struct {
 	ptr   unsafe.Pointer

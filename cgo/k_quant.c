@@ -11,8 +11,8 @@
  *  - F16 rows are widened in registers (vcvtph2ps) and FMA'd with x, 4 rows per pass.
  *  - Few x rows (M <= SMALL_M, decode), and any M for Q8_0_R8 on VNNI: threads split the rows
  *    of W; up to eight x rows share each load of an 8-row group (batched decode, prefill),
- *    two rows' sums scaled together (bench LinearQ at M 8, 3 pairs: 2.31-2.38 ms -> 1.43-1.61
- *    with the pairing and prefetch, against 0.76-0.86 for M 1). Otherwise (F16, plain
+ *    two rows' sums scaled together (BenchmarkLinearQ at M 8: 2.31-2.38 ms one row at a time
+ *    -> 1.39-1.61 in pairs with prefetch, against 0.76-0.86 for M 1). Otherwise (F16, plain
  *    Q8_0, or no VNNI): each task widens a panel of W rows into its scratch and runs
  *    single-threaded OpenBLAS sgemm on all of x.
  * Accuracy: the panel path and F16 give the f32 product of x and the dequantised W up to f32
@@ -146,6 +146,8 @@ static int level(void) {
 #endif
 	return LV_PORTABLE;
 }
+
+int vx_linear_q_vnni(void) { return level() == LV_VNNI; }
 
 /* ---- dequantising rows ---- */
 

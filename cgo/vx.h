@@ -135,6 +135,9 @@ void vx_force_portable(int on);
 /* vx_limit_cpu_features uses only the detected features in mask (tests run every SIMD level);
  * it returns the features now in use. */
 int vx_limit_cpu_features(int mask);
+/* vx_linear_q_vnni says whether Q8_0R8 products now run the int8 VNNI kernels at any M (it
+ * needs AVX-512 BW, VL and VNNI in use). */
+int vx_linear_q_vnni(void);
 
 vx_ctx *vx_ctx_new(int n_threads);
 void vx_ctx_free(vx_ctx *ctx);
