@@ -275,7 +275,12 @@ int vx_k_gather_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 int vx_k_scatter_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	(void)ctx;
 	const vx_tensor *rows = vx_src(node, t, 0), *ix = vx_src(node, t, 1), *tab = &t[node->dst];
-	if (node->n_src != 2 || !vx_tensor_ok(rows, -1) || !vx_tensor_ok(ix, VX_I32) || !vx_tensor_ok(tab, rows ? rows->dtype : -1))
+	/* an f16 table (a half-precision KV cache) takes f32 rows, rounded to nearest even */
+	int half = tab->dtype == VX_F16;
+	vx_tensor tab32 = *tab;
+	tab32.dtype = half ? VX_F32 : tab->dtype; /* its shape checked as an f32 one */
+	if (node->n_src != 2 || !vx_tensor_ok(rows, -1) || !vx_tensor_ok(ix, VX_I32) ||
+	    !vx_tensor_ok(&tab32, rows ? rows->dtype : -1))
 		return VX_ERR_BAD_SHAPE;
 	if (tab->ndim < 2 || rows->ndim != tab->ndim || !vx_is_contiguous(tab) || !vx_is_contiguous(rows) ||
 	    !vx_is_contiguous(ix))
@@ -296,8 +301,12 @@ int vx_k_scatter_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const char *src = rows->data;
 	size_t row = (size_t)D * 4; /* f32 and i32 alike */
 	for (int64_t l = 0; l < L; l++)
-		for (int64_t i = 0; i < M; i++)
-			memcpy(dst + ((l * N + idx[i]) * D) * 4, src + ((l * M + i) * D) * 4, row);
+		for (int64_t i = 0; i < M; i++) {
+			if (half)
+				vx_encode(VX_F32, VX_F16, src + ((l * M + i) * D) * 4, dst + ((l * N + idx[i]) * D) * 2, D);
+			else
+				memcpy(dst + ((l * N + idx[i]) * D) * 4, src + ((l * M + i) * D) * 4, row);
+		}
 	return VX_OK;
 }
 

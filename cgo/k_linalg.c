@@ -22,6 +22,9 @@ static inline int64_t round_up(int64_t a, int64_t m) { return cdiv(a, m) * m; }
 
 static int is_f32(const vx_tensor *t) { return t && t->dtype == VX_F32 && t->data != NULL; }
 
+/* Attention's keys and values: f32, or f16 (a half-precision KV cache). */
+static int kv_ok(const vx_tensor *t) { return t && (t->dtype == VX_F32 || t->dtype == VX_F16) && t->data != NULL; }
+
 /* Makes every thread slot's scratch at least `bytes` large (call before vx_parallel_for, so
  * tasks never reallocate). */
 static int prepare_thread_scratch(vx_ctx *ctx, int64_t bytes) {
@@ -1165,15 +1168,25 @@ __attribute__((target("avx2,fma"))) static void scale_row_avx2(float *o, int64_t
  * rows prefetched, and the keys the mask hides (−Inf: a cache bucket's unwritten tail) are not
  * weighted, nor read when a block of four is hidden. The blocked GEMM packed K and V for a
  * product of two rows: 0.70x its time on a cold cache (BenchmarkAttentionDecodeCold).
+ * The cache is f32, or f16 (f16 != 0) widened in registers: half the bytes from memory.
  * s holds rows × Tk scores, inv the rows' softmax normalisers. */
 #define PF_ROWS 8 /* cache rows ahead that decode attention prefetches */
-__attribute__((target("avx2,fma"))) static void attn_decode_avx2(const float *q, int64_t ldq, const float *k,
-                                                                 int64_t skt, const float *v, int64_t svt,
-                                                                 float *o, int64_t ldo, int64_t rows, int64_t Tk,
-                                                                 int64_t D, int64_t Dv, float scale,
-                                                                 const float *bias, int64_t sbh, int64_t sbk,
-                                                                 const float *mask, int64_t smk, float *s,
-                                                                 float *inv) {
+#define KV_FN __attribute__((target("avx2,fma,f16c")))
+
+/* 8 values of a cache row from element e: f32, or f16 widened. */
+static KV_FN inline __attribute__((always_inline)) __m256 kv_load8(const char *row, int64_t e, int f16) {
+	if (f16)
+		return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * e)));
+	return _mm256_loadu_ps((const float *)row + e);
+}
+
+static KV_FN inline __attribute__((always_inline)) void
+attn_decode_body(const float *q, int64_t ldq, const char *k, int64_t skt, const char *v, int64_t svt, float *o,
+                 int64_t ldo, int64_t rows, int64_t Tk, int64_t D, int64_t Dv, float scale, const float *bias,
+                 int64_t sbh, int64_t sbk, const float *mask, int64_t smk, float *s, float *inv, int f16) {
+	const int64_t es = f16 ? 2 : 4; /* bytes per cache value */
+	skt *= es;
+	svt *= es;
 	for (int64_t t = 0; t < Tk; t += 4) {
 		int64_t nt = Tk - t < 4 ? Tk - t : 4, live = 0;
 		int hidden[4] = {0, 0, 0, 0};
@@ -1181,8 +1194,8 @@ __attribute__((target("avx2,fma"))) static void attn_decode_avx2(const float *q,
 			live += !(hidden[i] = mask && mask[(t + i) * smk] == -INFINITY);
 		/* the cache comes from memory, not from the caches: keep the next rows in flight */
 		for (int64_t i = t + PF_ROWS; i < t + PF_ROWS + 4 && i < Tk; i++)
-			for (int64_t d = 0; d < D; d += 16)
-				_mm_prefetch((const char *)(k + i * skt + d), _MM_HINT_T0);
+			for (int64_t b = 0; b < D * es; b += 64)
+				_mm_prefetch(k + i * skt + b, _MM_HINT_T0);
 		for (int64_t r = 0; r < rows; r++) {
 			float *sr = s + r * Tk + t;
 			if (!live) {
@@ -1192,14 +1205,14 @@ __attribute__((target("avx2,fma"))) static void attn_decode_avx2(const float *q,
 			}
 			const float *qr = q + r * ldq;
 			__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-			const float *k0 = k + t * skt, *k1 = nt > 1 ? k0 + skt : k0, *k2 = nt > 2 ? k0 + 2 * skt : k0,
-			            *k3 = nt > 3 ? k0 + 3 * skt : k0;
+			const char *k0 = k + t * skt, *k1 = nt > 1 ? k0 + skt : k0, *k2 = nt > 2 ? k0 + 2 * skt : k0,
+			           *k3 = nt > 3 ? k0 + 3 * skt : k0;
 			for (int64_t d = 0; d < D; d += 8) {
 				__m256 qv = _mm256_loadu_ps(qr + d);
-				a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
-				a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + d), a1);
-				a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + d), a2);
-				a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + d), a3);
+				a0 = _mm256_fmadd_ps(qv, kv_load8(k0, d, f16), a0);
+				a1 = _mm256_fmadd_ps(qv, kv_load8(k1, d, f16), a1);
+				a2 = _mm256_fmadd_ps(qv, kv_load8(k2, d, f16), a2);
+				a3 = _mm256_fmadd_ps(qv, kv_load8(k3, d, f16), a3);
 			}
 			float sc[4] = {hsum256(a0), hsum256(a1), hsum256(a2), hsum256(a3)};
 			for (int64_t i = 0; i < nt; i++)
@@ -1211,10 +1224,10 @@ __attribute__((target("avx2,fma"))) static void attn_decode_avx2(const float *q,
 	for (int64_t r = 0; r < rows; r++)
 		memset(o + r * ldo, 0, (size_t)Dv * sizeof(float));
 	for (int64_t t = 0; t < Tk; t++) {
-		const float *vt = v + t * svt;
+		const char *vt = v + t * svt;
 		if (t + PF_ROWS < Tk)
-			for (int64_t e = 0; e < Dv; e += 16)
-				_mm_prefetch((const char *)(vt + PF_ROWS * svt + e), _MM_HINT_T0);
+			for (int64_t b = 0; b < Dv * es; b += 64)
+				_mm_prefetch(vt + PF_ROWS * svt + b, _MM_HINT_T0);
 		for (int64_t r = 0; r < rows; r++) {
 			float p = s[r * Tk + t];
 			if (p == 0.0f)
@@ -1222,11 +1235,27 @@ __attribute__((target("avx2,fma"))) static void attn_decode_avx2(const float *q,
 			__m256 pv = _mm256_set1_ps(p);
 			float *orow = o + r * ldo;
 			for (int64_t e = 0; e < Dv; e += 8)
-				_mm256_storeu_ps(orow + e, _mm256_fmadd_ps(pv, _mm256_loadu_ps(vt + e), _mm256_loadu_ps(orow + e)));
+				_mm256_storeu_ps(orow + e, _mm256_fmadd_ps(pv, kv_load8(vt, e, f16), _mm256_loadu_ps(orow + e)));
 		}
 	}
 	for (int64_t r = 0; r < rows; r++)
 		scale_row_avx2(o + r * ldo, Dv, inv[r]);
+}
+
+/* The two instances: the f32 one runs no f16c instruction (its callers check AVX2 and FMA
+ * only); the f16 one runs where the CPU has F16C. */
+static KV_FN void attn_decode_avx2(const float *q, int64_t ldq, const char *k, int64_t skt, const char *v,
+                                   int64_t svt, float *o, int64_t ldo, int64_t rows, int64_t Tk, int64_t D,
+                                   int64_t Dv, float scale, const float *bias, int64_t sbh, int64_t sbk,
+                                   const float *mask, int64_t smk, float *s, float *inv) {
+	attn_decode_body(q, ldq, k, skt, v, svt, o, ldo, rows, Tk, D, Dv, scale, bias, sbh, sbk, mask, smk, s, inv, 0);
+}
+
+static KV_FN void attn_decode_f16(const float *q, int64_t ldq, const char *k, int64_t skt, const char *v,
+                                  int64_t svt, float *o, int64_t ldo, int64_t rows, int64_t Tk, int64_t D,
+                                  int64_t Dv, float scale, const float *bias, int64_t sbh, int64_t sbk,
+                                  const float *mask, int64_t smk, float *s, float *inv) {
+	attn_decode_body(q, ldq, k, skt, v, svt, o, ldo, rows, Tk, D, Dv, scale, bias, sbh, sbk, mask, smk, s, inv, 1);
 }
 #endif
 
@@ -1234,9 +1263,11 @@ int vx_attn_decode_kernel = 1;
 
 typedef struct {
 	vx_ctx *ctx;
-	const float *q, *k, *v;
+	const float *q;
+	const void *k, *v; /* f32, or f16 where kf16 / vf16 (a half-precision cache) */
+	int kf16, vf16;
 	float *o;
-	int64_t sq[3], sk[3], sv[3], so[3]; /* b, h, t strides (inner stride 1) */
+	int64_t sq[3], sk[3], sv[3], so[3]; /* b, h, t strides in elements (inner stride 1) */
 	const float *mask;
 	int64_t smq, smk;
 	const float *bias;
@@ -1247,6 +1278,18 @@ typedef struct {
 	int64_t qb, n_qb;
 	int simd;
 } attn_job;
+
+/* Floats of a task's scratch: rows × Tk scores, the rows' normalisers, and the widened
+ * keys and values of an f16 cache. */
+static int64_t attn_scratch_floats(const attn_job *j, int64_t rows) {
+	return rows * j->Tk + rows + (j->kf16 ? j->Tk * j->D : 0) + (j->vf16 ? j->Tk * j->Dv : 0);
+}
+
+/* n rows of d f16 values, stride st elements apart, into dst as packed f32 rows. */
+static void widen_f16_rows(const char *src, int64_t st, int64_t n, int64_t d, float *dst) {
+	for (int64_t r = 0; r < n; r++)
+		vx_encode(VX_F16, VX_F32, src + r * st * 2, dst + r * d, d);
+}
 
 static void attn_task(void *p, int64_t i) {
 	const attn_job *j = p;
@@ -1275,18 +1318,34 @@ static void attn_task(void *p, int64_t i) {
 		ldq = j->sq[2];
 		ldo = j->so[2];
 	}
-	const float *k = j->k + b * j->sk[0] + hk * j->sk[1];
-	const float *v = j->v + b * j->sv[0] + hk * j->sv[1];
-	int64_t Tk = j->Tk;
-	float *s = thread_scratch(j->ctx, (rows * Tk + rows) * (int64_t)sizeof(float));
+	const char *kb = (const char *)j->k + (b * j->sk[0] + hk * j->sk[1]) * (j->kf16 ? 2 : 4);
+	const char *vb = (const char *)j->v + (b * j->sv[0] + hk * j->sv[1]) * (j->vf16 ? 2 : 4);
+	int64_t Tk = j->Tk, skt = j->sk[2], svt = j->sv[2];
+	float *s = thread_scratch(j->ctx, attn_scratch_floats(j, rows) * (int64_t)sizeof(float));
 	float *inv = s + rows * Tk;
 #ifdef VX_HAVE_X86
-	if (j->group_mode && j->simd && vx_attn_decode_kernel && j->D % 8 == 0 && j->Dv % 8 == 0) {
-		attn_decode_avx2(q, ldq, k, j->sk[2], v, j->sv[2], o, ldo, rows, Tk, j->D, j->Dv, j->scale,
-		                 j->bias ? j->bias + h0 * j->sbh : NULL, j->sbh, j->sbk, j->mask, j->smk, s, inv);
+	if (j->group_mode && j->simd && vx_attn_decode_kernel && j->D % 8 == 0 && j->Dv % 8 == 0 &&
+	    j->kf16 == j->vf16 && (!j->kf16 || vx_use_f16c())) {
+		(j->kf16 ? attn_decode_f16 : attn_decode_avx2)(q, ldq, kb, skt, vb, svt, o, ldo, rows, Tk, j->D, j->Dv,
+		                                               j->scale, j->bias ? j->bias + h0 * j->sbh : NULL, j->sbh,
+		                                               j->sbk, j->mask, j->smk, s, inv);
 		return;
 	}
 #endif
+	/* an f16 cache is widened into the scratch after the scores, one row after another */
+	const float *k = (const float *)kb, *v = (const float *)vb;
+	float *wide = inv + rows;
+	if (j->kf16) {
+		widen_f16_rows(kb, skt, Tk, j->D, wide);
+		k = wide;
+		skt = j->D;
+		wide += Tk * j->D;
+	}
+	if (j->vf16) {
+		widen_f16_rows(vb, svt, Tk, j->Dv, wide);
+		v = wide;
+		svt = j->Dv;
+	}
 
 	/* S = Q K^T */
 	gemm_args ga;
@@ -1296,7 +1355,7 @@ static void attn_task(void *p, int64_t i) {
 	ga.ak = 1;
 	ga.b = k;
 	ga.bk = 1;
-	ga.bn = j->sk[2];
+	ga.bn = skt;
 	ga.c = s;
 	ga.ldc = Tk;
 	ga.m = rows;
@@ -1322,7 +1381,7 @@ static void attn_task(void *p, int64_t i) {
 	ga.am = Tk;
 	ga.ak = 1;
 	ga.b = v;
-	ga.bk = j->sv[2];
+	ga.bk = svt;
 	ga.bn = 1;
 	ga.c = o;
 	ga.ldc = ldo;
@@ -1376,7 +1435,7 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *O = &t[node->dst];
 	const vx_tensor *M = node->ip[0] ? vx_src(node, t, 3) : NULL;
 	const vx_tensor *Bi = node->ip[1] ? vx_src(node, t, 4) : NULL;
-	if (!is_f32(Q) || !is_f32(K) || !is_f32(V) || !is_f32(O))
+	if (!is_f32(Q) || !kv_ok(K) || !kv_ok(V) || !is_f32(O))
 		return VX_ERR_BAD_SHAPE;
 	if ((node->ip[0] && !M) || (node->ip[1] && !Bi))
 		return VX_ERR_BAD_SHAPE;
@@ -1429,10 +1488,12 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	for (int x = 0; x < 3; x++) {
 		const vx_tensor *s = in[x];
 		need[x] = (inner[x] > 1 && s->stride[3] != 1) || (rowsN[x] > 1 && s->stride[2] < inner[x]);
+		if (need[x] && s->dtype != VX_F32)
+			return VX_ERR_BAD_SHAPE; /* an f16 cache is read in place, never packed */
 		if (need[x])
 			total += round_up(vx_numel(s), 16);
 	}
-	const float *ptr[3] = {Q->data, K->data, V->data};
+	const void *ptr[3] = {Q->data, K->data, V->data};
 	int64_t str[3][3];
 	for (int x = 0; x < 3; x++)
 		for (int d = 0; d < 3; d++)
@@ -1457,6 +1518,8 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	j.q = ptr[0];
 	j.k = ptr[1];
 	j.v = ptr[2];
+	j.kf16 = K->dtype == VX_F16;
+	j.vf16 = V->dtype == VX_F16;
 	for (int d = 0; d < 3; d++) {
 		j.sq[d] = str[0][d];
 		j.sk[d] = str[1][d];
@@ -1496,7 +1559,7 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		tasks = bh * j.n_qb;
 		rows_max = j.qb;
 	}
-	if (prepare_thread_scratch(ctx, (rows_max * j.Tk + rows_max) * (int64_t)sizeof(float)))
+	if (prepare_thread_scratch(ctx, attn_scratch_floats(&j, rows_max) * (int64_t)sizeof(float)))
 		return VX_ERR_NOMEM;
 	/* Handing a small attention's tasks to the other threads costs more than it saves: a
 	 * MeanVC2 DiT step's (2 heads, 16 x 52) takes 9.7 µs on one thread and 15.7 on two

@@ -149,6 +149,8 @@ static int level(void) {
 
 int vx_linear_q_vnni(void) { return level() == LV_VNNI; }
 
+int vx_use_f16c(void) { return level() >= LV_AVX2; }
+
 /* ---- dequantising rows ---- */
 
 /* Q4_K: 144-byte super-blocks of 256 values (half d, half dmin, 12 bytes of packed 6-bit

@@ -28,6 +28,8 @@ int vx_use_avx2(void);
 /* Functions compiled for AVX-512 (F), called only when vx_use_avx512() says so. */
 #define AVX512_FN __attribute__((target("avx512f,avx2,fma")))
 int vx_use_avx512(void);
+/* Whether AVX2 + FMA code may also convert halves (F16C): f16 caches read in registers. */
+int vx_use_f16c(void);
 
 /* vx_src is source i of a node, or NULL when absent. */
 const vx_tensor *vx_src(const vx_node *n, const vx_tensor *t, int i);

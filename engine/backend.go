@@ -169,7 +169,7 @@ func (c *CPU) Compile(g *Graph) (Program, error) {
 	for id, t := range g.tensors {
 		var data unsafe.Pointer
 		if b := base[p.root[id]]; b != nil {
-			data = unsafe.Add(b, t.offset*4)
+			data = unsafe.Add(b, t.offset*elemBytes(t.dtype)) // views: F32, I32 or F16
 		}
 		tensors[id] = cgo.Tensor{Data: data, DType: t.dtype, Shape: t.shape, Stride: t.stride}
 	}

@@ -193,6 +193,14 @@ func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64
 	return b, nil
 }
 
+// elemBytes is the size of one element of the types views exist for (F32, I32, F16).
+func elemBytes(dtype DType) int64 {
+	if dtype == F16 {
+		return 2
+	}
+	return 4
+}
+
 // storageSize is the bytes of a row-major tensor of dtype and shape, -1 when the shape does
 // not fit the dtype's blocks.
 func storageSize(dtype DType, shape []int64) int64 {
@@ -225,6 +233,9 @@ func storageSize(dtype DType, shape []int64) int64 {
 func IsQuantized(dtype DType) bool {
 	return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 || dtype == Q4_K || dtype == BF16 || dtype == F32P
 }
+
+// DTypeName names an element type or encoding ("F32", "F16", "Q8_0", ...).
+func DTypeName(d DType) string { return dtypeName(d) }
 
 func dtypeName(d DType) string {
 	switch d {
@@ -277,9 +288,20 @@ func (b *Buffer) Write(off int64, p []byte) error { return b.mem.Write(off, p) }
 func (b *Buffer) Read(off int64, p []byte) error { return b.mem.Read(off, p) }
 
 // Values is an F32 buffer's values: a view of host memory, or a copy read back from a
-// device's.
+// device's. An F16 buffer's (a half-precision cache) are a widened copy.
 func (b *Buffer) Values() ([]float32, error) {
-	if v := b.Float32s(); v != nil {
+	if b.dtype == F16 {
+		raw := make([]byte, b.Bytes())
+		if err := b.Read(0, raw); err != nil {
+			return nil, err
+		}
+		v := make([]float32, len(raw)/2)
+		if _, err := cgo.EncodeWeights(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)), raw, F16, F32, len(v), 1); err != nil {
+			return nil, err
+		}
+		return v, nil
+	}
+	if v := b.Float32s(); v != nil && b.dtype == F32 {
 		return v, nil
 	}
 	if b.dtype != F32 {

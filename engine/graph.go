@@ -20,7 +20,9 @@ const (
 	F32 = cgo.F32
 	I32 = cgo.I32
 	// Q8_0 and F16 are weight encodings for persistent buffers (GGUF layouts): Linear reads
-	// them directly and GatherRows dequantises the rows it picks; no other op takes them.
+	// them directly and GatherRows dequantises the rows it picks. F16 is also a KV cache's
+	// encoding: a persistent F16 buffer may be viewed (Slice, Reshape), written by ScatterRows
+	// from F32 rows and read by Attention as its keys and values; no other op takes them.
 	Q8_0 = cgo.Q8_0
 	F16  = cgo.F16
 	// Q8_0R8 is Q8_0 with rows interleaved by 8 (built by NewBufferRaw from Q8_0 blocks): the
@@ -149,7 +151,7 @@ func (g *Graph) newTensor(ti tensorInfo) Tensor {
 // view makes a tensor that reads t's storage with another shape, strides and offset.
 func (g *Graph) view(t Tensor, shape, stride []int64, offset int64) Tensor {
 	ti := t.info()
-	if IsQuantized(ti.dtype) {
+	if IsQuantized(ti.dtype) && ti.dtype != F16 {
 		return g.fail("View", quantMisuse(ti), t)
 	}
 	return g.newTensor(tensorInfo{shape: shape, stride: stride, dtype: ti.dtype, kind: ti.kind,
@@ -245,7 +247,8 @@ func (g *Graph) Output(name string, t Tensor) {
 func (g *Graph) addNode(op cgo.Op, shape []int64, dtype DType, src []Tensor, ip [8]int64, fp [4]float32) Tensor {
 	for i, s := range src {
 		if IsQuantized(s.DType()) && !(op == cgo.OpLinearQ && i == 1) && !(op == cgo.OpGatherRows && i == 0) &&
-			!(op == cgo.OpConv2D && i == 1 && s.DType() == F32P && ip[6] == 1) {
+			!(op == cgo.OpConv2D && i == 1 && s.DType() == F32P && ip[6] == 1) &&
+			!(op == cgo.OpAttention && (i == 1 || i == 2) && s.DType() == F16) {
 			return g.fail(opName(op), quantMisuse(s.info()), src...)
 		}
 	}
@@ -272,6 +275,9 @@ func (g *Graph) NumNodes() int { return len(g.nodes) }
 
 // quantMisuse explains why a Q8_0/F16 tensor cannot go where it was used.
 func quantMisuse(ti *tensorInfo) string {
+	if ti.dtype == F16 {
+		return fmt.Sprintf("F16 tensor %q feeds only Linear (as the weight [out, in]), GatherRows (as the table), ScatterRows (as the table, from F32 rows) and Attention (as keys and values)", ti.name)
+	}
 	return fmt.Sprintf("%s tensor %q is a quantised weight: it feeds only Linear (as the weight [out, in]) and GatherRows (as the table), without views", dtypeName(ti.dtype), ti.name)
 }
 

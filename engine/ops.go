@@ -498,8 +498,8 @@ func (g *Graph) GatherRows(table, idx Tensor) Tensor {
 		if dt == Q8_0R8 || dt == F32P {
 			return g.fail("GatherRows", "a "+dtypeName(dt)+" weight is interleaved for Linear; gather from a row-major table", table, idx)
 		}
-		if table.info().kind != kindPersistent {
-			return g.fail("GatherRows", "a quantised table must be a persistent buffer", table, idx)
+		if ti := table.info(); ti.kind != kindPersistent || ti.view {
+			return g.fail("GatherRows", fmt.Sprintf("a %s table must be a persistent buffer, not a view of one", dtypeName(dt)), table, idx)
 		}
 		dt = F32 // rows come out dequantised
 	}
@@ -548,13 +548,15 @@ func (g *Graph) ScatterRows(table, rows, idx Tensor) {
 		return
 	}
 	ti, ri := table.info(), rows.info()
-	if IsQuantized(ti.dtype) || IsQuantized(ri.dtype) {
+	if (IsQuantized(ti.dtype) && ti.dtype != F16) || IsQuantized(ri.dtype) {
 		g.fail("ScatterRows", quantMisuse(ti), table, rows, idx)
 		return
 	}
 	r := len(ti.shape)
+	// An F16 table (a half-precision cache) takes F32 rows, rounded to nearest even.
+	sameType := ri.dtype == ti.dtype || (ti.dtype == F16 && ri.dtype == F32)
 	ok := ti.kind == kindPersistent && isContiguous(ti) && r >= 2 && len(ri.shape) == r &&
-		idx.Rank() == 1 && idx.DType() == I32 && ri.dtype == ti.dtype &&
+		idx.Rank() == 1 && idx.DType() == I32 && sameType &&
 		ri.shape[r-2] == idx.Dim(0) && ri.shape[r-1] == ti.shape[r-1] && slices.Equal(ri.shape[:r-2], ti.shape[:r-2])
 	if !ok {
 		g.fail("ScatterRows", "want a contiguous persistent table [..., N, D], rows [..., M, D] and int32 indices [M]", table, rows, idx)
@@ -583,8 +585,8 @@ func (g *Graph) Linear(x, w Tensor, bias *Tensor) Tensor {
 
 func (g *Graph) linearQ(x, w Tensor, bias *Tensor) Tensor {
 	wi := w.info()
-	if wi.kind != kindPersistent || len(wi.shape) != 2 {
-		return g.fail("Linear", "a quantised weight must be a persistent [out, in] buffer", x, w)
+	if wi.kind != kindPersistent || wi.view || len(wi.shape) != 2 {
+		return g.fail("Linear", fmt.Sprintf("a %s weight must be a persistent [out, in] buffer, not a view of one", dtypeName(wi.dtype)), x, w)
 	}
 	n, k := wi.shape[0], wi.shape[1]
 	if x.Rank() < 1 || x.Dim(-1) != k || x.DType() != F32 {

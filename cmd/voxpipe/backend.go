@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/models/qwen3"
 )
 
 // defaultBackend is where models run when --backend is not given: the CPU, whose kernels
@@ -25,6 +26,7 @@ func placementFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.backend, "backend", defaultBackend, "where the models run: "+engine.BackendUsage)
 	fs.StringVar(&o.vocoderBackend, "vocoder-backend", "", "where MeanVC2's vocoder runs (same values; empty: with the model)")
 	fs.StringVar(&o.codecBackend, "codec-backend", "", "where MioTTS's codec (MioCodec) runs (same values; empty: with the language model)")
+	fs.StringVar(&o.kvCache, "kv-cache", "auto", "MioTTS's language model KV cache: "+qwen3.KVCacheUsage)
 }
 
 // gpuPart is a model part on a backend with memory of its own.

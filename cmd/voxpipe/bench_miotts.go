@@ -18,6 +18,7 @@ import (
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/models/miocodec"
 	"github.com/voxpipe/voxpipe/models/miotts"
+	"github.com/voxpipe/voxpipe/models/qwen3"
 	"github.com/voxpipe/voxpipe/models/sampler"
 )
 
@@ -26,6 +27,7 @@ type miottsBench struct {
 	Threads       int     `json:"threads"`
 	Backend       string  `json:"backend"`
 	CodecBackend  string  `json:"codec_backend"`
+	KVCache       string  `json:"kv_cache"` // the LM's KV cache encoding: F16 or F32
 	LoadMs        float64 `json:"load_ms"`
 	LoadRSSMB     float64 `json:"load_rss_mb"` // resident once both models are loaded
 	PrefillTokens int     `json:"prefill_tokens"`
@@ -101,6 +103,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	threads := fs.Int("threads", 2, "engine threads")
 	backend := fs.String("backend", defaultBackend, "where the models run: "+engine.BackendUsage)
 	codecBackend := fs.String("codec-backend", "", "where the codec runs (same values; empty: with the language model)")
+	kvCache := fs.String("kv-cache", "auto", "the language model's KV cache: "+qwen3.KVCacheUsage)
 	prefill := fs.Int("prefill-tokens", 58, "prompt length for the prefill figure")
 	steps := fs.Int("steps", 100, "decode steps timed (4 s of speech at 25 tokens/s)")
 	codecTokens := fs.Int("codec-tokens", 100, "tokens decoded offline for the codec figure")
@@ -124,6 +127,9 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	if *prefill < 1 || *steps < 1 {
 		return errors.New("--prefill-tokens and --steps must be ≥ 1")
 	}
+	if _, _, err := qwen3.ParseKVCache(*kvCache); err != nil {
+		return fmt.Errorf("--kv-cache: %w", err)
+	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format, a...) }
 	be, codecBE, closeBE, err := placement(*backend, *codecBackend, "codec", *threads, stderr).Open()
 	if err != nil {
@@ -137,12 +143,13 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	res := miottsBench{Backend: be.Name(), CodecBackend: codecBE.Name(), Threads: *threads, PrefillTokens: *prefill, SpeakerSeconds: *refSeconds, CodecTokens: *codecTokens}
 	t0 := time.Now()
 	logf("loading…\n")
-	tts, err := miotts.Load(*model, *codec, be, miotts.Options{CodecBackend: codecBE})
+	tts, err := miotts.Load(*model, *codec, be, miotts.Options{CodecBackend: codecBE, KVCache: *kvCache})
 	if err != nil {
 		return err
 	}
 	tts.Codec.SetBatchLimit(*codecBatch)
 	defer tts.Close()
+	res.KVCache = engine.DTypeName(tts.LM.Model.KVCache())
 	res.LoadMs = ms(time.Since(t0))
 	res.DeviceMB, _ = deviceMB(be, codecBE)
 	res.LoadRSSMB = procStatusMB("VmRSS")
@@ -240,7 +247,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(res)
 	}
-	fmt.Fprintf(stdout, "MioTTS on %s, %d threads (load %.0f ms, %.0f MB resident):\n", res.Backend, res.Threads, res.LoadMs, res.LoadRSSMB)
+	fmt.Fprintf(stdout, "MioTTS on %s, %d threads, %s KV cache (load %.0f ms, %.0f MB resident):\n", res.Backend, res.Threads, res.KVCache, res.LoadMs, res.LoadRSSMB)
 	fmt.Fprintf(stdout, "  prefill %d tokens      %8.1f ms\n", res.PrefillTokens, res.PrefillMs)
 	fmt.Fprintf(stdout, "  decode                 %8.1f tokens/s mean over all %d steps, sampling included (Σ %.0f ms); p50 step %.1f ms = %.1f tokens/s, p95 %.1f ms, max %.1f ms; sampling %.2f ms a step; 25 tokens/s is real time\n",
 		res.DecodeTokensPerS, res.DecodeSteps, res.DecodeMs, res.DecodeStepMsP50, res.DecodeTokensPerSP50, res.DecodeStepMsP95, res.DecodeStepMsMax, res.SampleMsMean)

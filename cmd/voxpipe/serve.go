@@ -24,6 +24,7 @@ import (
 	"github.com/voxpipe/voxpipe/buffers"
 	"github.com/voxpipe/voxpipe/dsp/audiofile"
 	"github.com/voxpipe/voxpipe/models/miotts"
+	"github.com/voxpipe/voxpipe/models/qwen3"
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/server"
 	"github.com/voxpipe/voxpipe/server/auth"
@@ -50,6 +51,7 @@ type serveOptions struct {
 	vcRef                                            string
 	tlsCert, tlsKey                                  string
 	backend, vocoderBackend, codecBackend            string // model placement (backend.go)
+	kvCache                                          string // MioTTS's KV cache encoding
 	tlsSelfSigned                                    bool
 	iceURLs                                          []string // --ice-server
 	iceUsername, iceCredential                       string
@@ -130,6 +132,9 @@ func runServe(args []string, stdout, stderr io.Writer) error {
 		if list != "" {
 			(*listFlag)(&o.twilioAuthTokens).Set(list) // comma-separated, blanks dropped
 		}
+	}
+	if _, _, err := qwen3.ParseKVCache(o.kvCache); err != nil {
+		return fmt.Errorf("--kv-cache: %w", err)
 	}
 	if o.twilioPublicURL != "" {
 		if len(o.twilioAuthTokens) == 0 {
@@ -462,7 +467,7 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 	}
 	a.closers = append(a.closers, closeBE)
 	fmt.Fprintf(stdout, "loading %s and %s…\n", o.ttsModel, o.codec)
-	mt, err := miotts.Load(o.ttsModel, o.codec, be, miotts.Options{VoiceCacheDir: filepath.Join(o.voicesDir, "embeddings"), CodecBackend: codecBE})
+	mt, err := miotts.Load(o.ttsModel, o.codec, be, miotts.Options{VoiceCacheDir: filepath.Join(o.voicesDir, "embeddings"), CodecBackend: codecBE, KVCache: o.kvCache})
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/voxpipe/voxpipe/dsp/wav"
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/models/miotts"
+	"github.com/voxpipe/voxpipe/models/qwen3"
 )
 
 func runTTS(args []string, stdout, stderr io.Writer) error {
@@ -32,6 +33,7 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	threads := fs.Int("threads", min(runtime.NumCPU(), 4), "engine threads")
 	backend := fs.String("backend", defaultBackend, "where the models run: "+engine.BackendUsage)
 	codecBackend := fs.String("codec-backend", "", "where the codec runs (same values; empty: with the language model)")
+	kvCache := fs.String("kv-cache", "auto", "the language model's KV cache: "+qwen3.KVCacheUsage)
 	seed := fs.Uint64("seed", 0, "sampling seed (0: the fixed default, so runs repeat)")
 	temp := fs.Float64("temperature", 0, "sampling temperature (0: the model's default)")
 	maxTokens := fs.Int("max-tokens", 0, "speech tokens per sentence group at most (0: the model's default, 700 = 28 s)")
@@ -73,6 +75,9 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 	case !miotts.Speakable(text):
 		return errors.New("the text has nothing to say (no letters or digits)")
 	}
+	if _, _, err := qwen3.ParseKVCache(*kvCache); err != nil {
+		return fmt.Errorf("--kv-cache: %w", err)
+	}
 	ref, err := audiofile.ReadFile(*voice, audiofile.FileLimits)
 	if err != nil {
 		return fmt.Errorf("--voice: %w", err)
@@ -103,7 +108,7 @@ func runTTS(args []string, stdout, stderr io.Writer) error {
 			rampCores = append(rampCores, n)
 		}
 	}
-	tts, err := miotts.Load(*model, *codec, be, miotts.Options{VoiceCacheDir: *cacheDir, Ramp: rampCores, CodecBackend: codecBE})
+	tts, err := miotts.Load(*model, *codec, be, miotts.Options{VoiceCacheDir: *cacheDir, Ramp: rampCores, CodecBackend: codecBE, KVCache: *kvCache})
 	if err != nil {
 		return err
 	}

@@ -149,10 +149,16 @@ func (r *Run) Check(name string, got []float32, tol float64) Stage {
 // CheckI32 compares integer results exactly with the case tensor of the same name.
 func (r *Run) CheckI32(name string, got []int32) Stage {
 	want, err := r.I32(name)
+	if err != nil {
+		return r.Add(Stage{Name: name, Err: err.Error()})
+	}
+	return r.Add(CompareI32(name, got, want))
+}
+
+// CompareI32 is the stage of integer results got against want, exactly.
+func CompareI32(name string, got, want []int32) Stage {
 	s := Stage{Name: name}
 	switch {
-	case err != nil:
-		s.Err = err.Error()
 	case len(got) != len(want):
 		s.Err = fmt.Sprintf("length %d, want %d", len(got), len(want))
 	default:
@@ -165,7 +171,7 @@ func (r *Run) CheckI32(name string, got []int32) Stage {
 			}
 		}
 	}
-	return r.Add(s)
+	return s
 }
 
 // Stages are the stages recorded so far.

@@ -10,13 +10,19 @@ import (
 )
 
 // Golden checks every case of a MioTTS golden folder (tokenizer, prompt, LM forward, KV
-// cache, greedy and sampled decoding) against the model in the same folder.
+// cache, greedy and sampled decoding) against the model in the same folder. The cases run
+// with an F32 KV cache, the reference's precision; where the backend serves with an F16
+// cache (the CPU), the greedy decode runs again with it, within the cache's rounding.
 func Golden(r *parity.Run, backend engine.Backend) error {
 	lm, err := LoadLM(r.ModelPath(), backend)
 	if err != nil {
 		return err
 	}
 	defer lm.Close()
+	served := lm.Model.KVCache()
+	if err := lm.Model.SetKVCache(engine.F32); err != nil {
+		return err
+	}
 	goldenTokenizer(r, lm)
 	prompt, err := r.I32("prompt.ids")
 	if err != nil {
@@ -28,8 +34,16 @@ func Golden(r *parity.Run, backend engine.Backend) error {
 	}
 	r.CheckI32("prompt.ids", lm.Prompt(text))
 	goldenPrefill(r, lm, prompt)
-	goldenGreedy(r, lm, prompt)
+	goldenGreedy(r, lm, prompt, "", 1e-4)
 	goldenSampled(r, lm, prompt)
+	if served == engine.F16 {
+		if err := lm.Model.SetKVCache(engine.F16); err != nil {
+			return err
+		}
+		// Rounding each cached value to 11 significant bits moves the golden logits by
+		// 5.5e-4 (relative): 2e-3 leaves room and still catches a wrong row or type.
+		goldenGreedy(r, lm, prompt, "@kv_f16", 2e-3)
+	}
 	return nil
 }
 
@@ -143,15 +157,22 @@ func goldenSteps(lm *LM, prompt []int32, steps int, next func(step int, logits [
 	return all, nil
 }
 
-func goldenGreedy(r *parity.Run, lm *LM, prompt []int32) {
+// goldenGreedy checks the greedy ids and logits; suffix names the stages of a rerun with
+// other settings, and tol is the logits' tolerance.
+func goldenGreedy(r *parity.Run, lm *LM, prompt []int32, suffix string, tol float64) {
 	want, err := r.I32("lm.greedy.ids")
 	if err != nil {
-		r.Fail("lm.greedy.ids", err)
+		r.Fail("lm.greedy.ids"+suffix, err)
+		return
+	}
+	wantLogits, _, err := r.F32("lm.greedy.logits")
+	if err != nil {
+		r.Fail("lm.greedy.logits"+suffix, err)
 		return
 	}
 	smp := sampler.New(sampler.Config{Greedy: true})
 	if err := smp.SetCandidates(lm.rows); err != nil {
-		r.Fail("lm.greedy.ids", err)
+		r.Fail("lm.greedy.ids"+suffix, err)
 		return
 	}
 	// Teacher forcing: the expected token is fed back, so one early mismatch does not
@@ -162,11 +183,11 @@ func goldenGreedy(r *parity.Run, lm *LM, prompt []int32) {
 		return want[step]
 	})
 	if err != nil {
-		r.Fail("lm.greedy.ids", err)
+		r.Fail("lm.greedy.ids"+suffix, err)
 		return
 	}
-	r.CheckI32("lm.greedy.ids", ids)
-	r.Check("lm.greedy.logits", logits, 1e-4)
+	r.Add(parity.CompareI32("lm.greedy.ids"+suffix, ids, want))
+	r.Compare("lm.greedy.logits"+suffix, logits, wantLogits, tol)
 }
 
 func goldenSampled(r *parity.Run, lm *LM, prompt []int32) {

@@ -61,6 +61,8 @@ type Options struct {
 	// CodecBackend runs MioCodec (decoder and speaker encoder) apart from the language
 	// model, e.g. on the CPU beside an LM on a GPU; nil shares the LM's backend.
 	CodecBackend engine.Backend
+	// KVCache is the language model's cache encoding (qwen3.KVCacheUsage; "": auto).
+	KVCache string
 }
 
 // Load opens the MioTTS LM and the MioCodec file.
@@ -68,6 +70,10 @@ func Load(lmPath, codecPath string, backend engine.Backend, opt Options) (*TTS, 
 	lm, err := LoadLM(lmPath, backend)
 	if err != nil {
 		return nil, err
+	}
+	if err := lm.Model.SetKVCacheName(opt.KVCache); err != nil {
+		lm.Close()
+		return nil, fmt.Errorf("miotts: %w", err)
 	}
 	t := &TTS{LM: lm, Stream: opt.Stream, Ramp: opt.Ramp}
 	if t.Ramp == nil {

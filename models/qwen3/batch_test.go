@@ -14,8 +14,8 @@ import (
 
 // TestStepBatchMatchesSteps runs sessions at different positions through StepBatch — one
 // leaving, another joining, batches of 1 to 3 — and compares every session's logits with the
-// same tokens fed to a session of its own by Step, for F32, F16 and Q8_0 weights and with
-// the restricted output head MioTTS uses. The stated tolerance is the kernels' rounding
+// same tokens fed to a session of its own by Step, for F32, F16 and Q8_0 weights, F16 (the
+// CPU default) and F32 caches, and with the restricted output head MioTTS uses. The stated tolerance is the kernels' rounding
 // (a product of several rows may sum in another order than one row's).
 func TestStepBatchMatchesSteps(t *testing.T) {
 	gd, f, cfg := openGoldenSource(t)
@@ -40,6 +40,13 @@ func TestStepBatchMatchesSteps(t *testing.T) {
 	}{
 		{"f32", func() (*Model, error) { return FromSource(cfg, f, be) }, nil, 1e-5},
 		{"f32-restricted", func() (*Model, error) { return FromSource(cfg, f, be) }, rows, 1e-5},
+		{"f32-cache-f32", func() (*Model, error) {
+			m, err := FromSource(cfg, f, be)
+			if err == nil {
+				err = m.SetKVCache(engine.F32)
+			}
+			return m, err
+		}, rows, 1e-5},
 		{"f16", func() (*Model, error) { return FromSource(cfg, quantSource{f, gguf.F16}, be) }, rows, 1e-4},
 		{"q8_0", func() (*Model, error) { return FromSource(cfg, quantSource{f, gguf.Q8_0}, be) }, rows, 1e-4},
 	} {

@@ -69,6 +69,11 @@ func loadGolden(t testing.TB) (*golden, *Model) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
+	// The golden tolerances are the reference's F32 arithmetic: tests of the F16 cache ask
+	// for it (withKVCaches).
+	if err := m.SetKVCache(engine.F32); err != nil {
+		t.Fatal(err)
+	}
 	return gd, m
 }
 
@@ -101,6 +106,29 @@ func argmax(x []float32) int {
 
 const tol = 1e-4
 
+// kvCaches are the cache encodings the golden cases run with: F32 within the reference's
+// tolerance, and F16 (the CPU default) within what rounding the cached keys and values to
+// 11 significant bits (a relative 2^-11 ≈ 4.9e-4 each) gives the logits: 5.5e-4 measured
+// on the golden model, so 2e-3 leaves room and still catches a wrong row or type.
+var kvCaches = []struct {
+	name string
+	dt   engine.DType
+	tol  float64
+}{{"f32", engine.F32, tol}, {"f16", engine.F16, 2e-3}}
+
+// withKVCaches runs f as a subtest for each cache encoding of m, with its tolerance.
+func withKVCaches(t *testing.T, m *Model, f func(t *testing.T, tol float64)) {
+	for _, kv := range kvCaches {
+		t.Run(kv.name, func(t *testing.T) {
+			if err := m.SetKVCache(kv.dt); err != nil {
+				t.Fatal(err)
+			}
+			defer m.SetKVCache(engine.F32)
+			f(t, kv.tol)
+		})
+	}
+}
+
 func TestConfigEmbedded(t *testing.T) {
 	gd, m := loadGolden(t)
 	_ = gd
@@ -114,6 +142,10 @@ func TestConfigEmbedded(t *testing.T) {
 
 func TestPrefillGolden(t *testing.T) {
 	gd, m := loadGolden(t)
+	withKVCaches(t, m, func(t *testing.T, tol float64) { testPrefillGolden(t, gd, m, tol) })
+}
+
+func testPrefillGolden(t *testing.T, gd *golden, m *Model, tol float64) {
 	ids := gd.i32(t, "prompt.ids")
 	s, err := m.NewSession(len(ids) + 24)
 	if err != nil {
@@ -163,6 +195,10 @@ func TestPrefillGolden(t *testing.T) {
 
 func TestGreedyGolden(t *testing.T) {
 	gd, m := loadGolden(t)
+	withKVCaches(t, m, func(t *testing.T, tol float64) { testGreedyGolden(t, gd, m, tol) })
+}
+
+func testGreedyGolden(t *testing.T, gd *golden, m *Model, tol float64) {
 	ids := gd.i32(t, "prompt.ids")
 	wantIDs := gd.i32(t, "lm.greedy.ids")
 	wantLogits, shape := gd.f32(t, "lm.greedy.logits") // restricted: [s_0..s_12799, EOS]

@@ -143,6 +143,9 @@ func TestGoldenSampledModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	if err := m.SetKVCache(engine.F32); err != nil { // the golden logits' precision
+		t.Fatal(err)
+	}
 
 	cfg := gd.sampleConfig(t)
 	prompt := gd.i32(t, "prompt.ids")
