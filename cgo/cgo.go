@@ -48,12 +48,15 @@ const (
 	// F32P is an F32 Linear weight packed at load (RepackF32P) into the panels the
 	// small-matrix kernel streams; only OpLinearQ takes it.
 	F32P DType = C.VX_F32_P
+	// F16P is an F16 Linear weight in the same panels (RepackF16P), widened by the same
+	// tiles; only OpLinearQ takes it.
+	F16P DType = C.VX_F16_P
 )
 
 // WeightBytes is the size of an [n, k] weight of type d (0 when k does not fit d's blocks).
 func WeightBytes(d DType, n, k int64) int64 {
 	switch d {
-	case Q8_0, F16, Q8_0R8, Q4_K, BF16, F32P:
+	case Q8_0, F16, Q8_0R8, Q4_K, BF16, F32P, F16P:
 		return int64(C.vx_qbytes(C.int(d), C.int64_t(n), C.int64_t(k)))
 	}
 	return n * RowBytes(d, k)
@@ -81,6 +84,17 @@ func RepackF32P(dst []byte, src []byte, n, k int64) error {
 	}
 	// src may be Go memory: C reads it during the call only.
 	C.vx_repack_f32p((*C.float)(unsafe.Pointer(&src[0])), (*C.float)(unsafe.Pointer(&dst[0])), C.int64_t(n), C.int64_t(k))
+	return nil
+}
+
+// RepackF16P writes an [n, k] row-major F16 weight (src, little-endian halves) in the F16P
+// layout to dst, which must hold WeightBytes(F16P, n, k) bytes (read from a 64-byte aligned
+// buffer).
+func RepackF16P(dst []byte, src []byte, n, k int64) error {
+	if n <= 0 || k <= 0 || int64(len(src)) != 2*n*k || int64(len(dst)) != WeightBytes(F16P, n, k) {
+		return fmt.Errorf("cgo: repack F16 [%d, %d] into panels: %d bytes in, %d out", n, k, len(src), len(dst))
+	}
+	C.vx_repack_f16p((*C.uint16_t)(unsafe.Pointer(&src[0])), (*C.uint16_t)(unsafe.Pointer(&dst[0])), C.int64_t(n), C.int64_t(k))
 	return nil
 }
 

@@ -1,11 +1,14 @@
 package cgo
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
+
+	"github.com/voxpipe/voxpipe/engine/gguf"
 )
 
 // f32pWeight packs W [n, k] into the F32P layout in C memory.
@@ -27,6 +30,12 @@ func linearF32P(t testing.TB, ctx *Context, x []float32, w *Buffer, bias []float
 // linearF32PGroups is linearF32P with the node's row groups (IP[0]) set.
 func linearF32PGroups(t testing.TB, ctx *Context, x []float32, w *Buffer, bias []float32, m, n, k, groups int) []float32 {
 	t.Helper()
+	return linearPanels(t, ctx, x, w, F32P, bias, m, n, k, groups)
+}
+
+// linearPanels runs one OpLinearQ node over a packed weight of type dt (F32P or F16P).
+func linearPanels(t testing.TB, ctx *Context, x []float32, w *Buffer, dt DType, bias []float32, m, n, k, groups int) []float32 {
+	t.Helper()
 	xb, yb := cFloats(t, x), cFloats(t, make([]float32, m*n))
 	defer xb.Free()
 	defer yb.Free()
@@ -37,7 +46,7 @@ func linearF32PGroups(t testing.TB, ctx *Context, x []float32, w *Buffer, bias [
 	tensors := []Tensor{
 		{Data: yb.Ptr(), DType: F32, Shape: ys, Stride: Contiguous(ys)},
 		{Data: xb.Ptr(), DType: F32, Shape: xs, Stride: Contiguous(xs)},
-		{Data: w.Ptr(), DType: F32P, Shape: ws, Stride: Contiguous(ws)},
+		{Data: w.Ptr(), DType: dt, Shape: ws, Stride: Contiguous(ws)},
 	}
 	node := Node{Op: OpLinearQ, Src: []int{1, 2}, Dst: 0, IP: [8]int64{int64(groups)}}
 	if bias != nil {
@@ -214,6 +223,72 @@ func TestLinearF32PRowGroups(t *testing.T) {
 	}
 	if !differs { // K = 1000 spans OpenBLAS's k blocks, which round differently
 		t.Fatal("the 40-row product gave the native kernel's bits for every row: this test cannot tell the paths apart")
+	}
+}
+
+// TestLinearF16P: an F16 weight in the panels (F16P) gives, bit for bit, what the F32P
+// kernel gives over the same weight widened to F32 (which TestLinearF32P checks against
+// float64 products): on odd shapes, with and without bias, on the portable, AVX2 and AVX-512
+// paths, 1 and 2 threads, the native kernel and the OpenBLAS path, and as row groups.
+func TestLinearF16P(t *testing.T) {
+	shapes := []struct{ m, n, k int }{
+		{1, 1, 1}, {1, 7, 5}, {2, 33, 17}, {3, 80, 64}, {4, 1024, 512}, {5, 47, 300}, {8, 32, 32},
+		{9, 100, 33}, {14, 514, 320}, {16, 1024, 512}, {17, 31, 1000}, {150, 96, 64},
+	}
+	rng := rand.New(rand.NewPCG(12, 3))
+	defer LimitCPUFeatures(Init())
+	defer SetF32PNativeRows(SetF32PNativeRows(128))
+	for ci, c := range shapes {
+		halves := make([]byte, 2*c.n*c.k)
+		wide := make([]float32, c.n*c.k) // the halves' exact values
+		for i := range wide {
+			h := gguf.Float32ToHalf(float32(rng.NormFloat64() / math.Sqrt(float64(c.k))))
+			binary.LittleEndian.PutUint16(halves[2*i:], h)
+			wide[i] = gguf.HalfToFloat32(h)
+		}
+		packed := make([]byte, WeightBytes(F16P, int64(c.n), int64(c.k)))
+		if err := RepackF16P(packed, halves, int64(c.n), int64(c.k)); err != nil {
+			t.Fatal(err)
+		}
+		wh, w32 := cBytes(t, packed), f32pWeight(t, wide, c.n, c.k)
+		x := make([]float32, c.m*c.k)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		var bias []float32
+		if ci%2 == 1 {
+			bias = make([]float32, c.n)
+			for i := range bias {
+				bias[i] = float32(rng.NormFloat64())
+			}
+		}
+		for _, rows := range []int64{1 << 30, 0} { // native, OpenBLAS
+			SetF32PNativeRows(rows)
+			for _, lv := range simdLevels() {
+				LimitCPUFeatures(lv.mask)
+				for _, th := range []int{1, 2} {
+					ctx, err := NewContext(th)
+					if err != nil {
+						t.Fatal(err)
+					}
+					groups := 1 // even row counts also as two groups
+					if c.m%2 == 0 {
+						groups = 2
+					}
+					got := linearPanels(t, ctx, x, wh, F16P, bias, c.m, c.n, c.k, groups)
+					want := linearPanels(t, ctx, x, w32, F32P, bias, c.m, c.n, c.k, groups)
+					ctx.Close()
+					if !equalBits(got, want) {
+						t.Fatalf("%dx%dx%d/native rows %d/%s/%dthr: F16P differs from F32P over the same values", c.m, c.n, c.k, rows, lv.name, th)
+					}
+				}
+			}
+		}
+		wh.Free()
+		w32.Free()
+	}
+	if err := RepackF16P(make([]byte, 10), make([]byte, 8), 2, 2); err == nil {
+		t.Error("RepackF16P into a buffer of the wrong size: no error")
 	}
 }
 

@@ -21,7 +21,11 @@
  * (many rows) go to OpenBLAS on W widened back to row-major once per call instead (a
  * twentieth of the product's time at 499 rows), where its blocking wins
  * (vx_f32p_native_rows; `voxpipe bench gemm`: MioTTS's 58-row prefill products run 1.3-1.4x
- * OpenBLAS's speed here, WavLM's 499-row ones are left to OpenBLAS). */
+ * OpenBLAS's speed here, WavLM's 499-row ones are left to OpenBLAS).
+ *
+ * VX_F16_P keeps an F16 weight in the same panels as halves (runs of 32 bytes): the tiles
+ * widen each run in registers (vcvtph2ps) and do the same FMAs, so a product reads half the
+ * bytes and its sums are bit for bit those over the widened F32 weight. */
 #include <string.h>
 #include <cblas.h>
 #include "kern.h"
@@ -35,22 +39,29 @@
 
 int64_t vx_f32p_rows(int64_t n) { return (n + PAIR - 1) / PAIR * PAIR; }
 
-void vx_repack_f32p(const float *src, float *dst, int64_t n, int64_t k) {
+/* The panel layout of an [n, k] row-major weight of es-byte values (padding rows zero). */
+static inline __attribute__((always_inline)) void repack(const char *src, char *dst, int64_t n, int64_t k, const int es) {
 	int64_t np = vx_f32p_rows(n) / PR;
 	for (int64_t p = 0; p < np; p++) {
-		float *d = dst + p * k * PR;
+		char *d = dst + p * k * PR * es;
 		for (int j = 0; j < PR; j++) {
 			int64_t row = p * PR + j;
 			if (row >= n) {
 				for (int64_t q = 0; q < k; q++)
-					d[q * PR + j] = 0.0f;
+					memset(d + (q * PR + j) * es, 0, es);
 				continue;
 			}
-			const float *s = src + row * k;
+			const char *s = src + row * k * es;
 			for (int64_t q = 0; q < k; q++)
-				d[q * PR + j] = s[q];
+				memcpy(d + (q * PR + j) * es, s + q * es, es);
 		}
 	}
+}
+
+void vx_repack_f32p(const float *src, float *dst, int64_t n, int64_t k) { repack((const char *)src, (char *)dst, n, k, 4); }
+
+void vx_repack_f16p(const uint16_t *src, uint16_t *dst, int64_t n, int64_t k) {
+	repack((const char *)src, (char *)dst, n, k, 2);
 }
 
 /* Rows [r0, r0+nr) of W back in row-major [nr, k] form (the OpenBLAS path, and tests). */
@@ -63,8 +74,20 @@ void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *ds
 	}
 }
 
+/* The same rows of a VX_F16_P weight, widened. */
+static void unpack_f16p(const uint16_t *w, int64_t k, int64_t r0, int64_t nr, float *dst) {
+	for (int64_t r = 0; r < nr; r++) {
+		const uint16_t *s = w + (r0 + r) / PR * k * PR + (r0 + r) % PR;
+		float *d = dst + r * k;
+		for (int64_t q = 0; q < k; q++)
+			d[q] = vx_half_to_float(s[q * PR]);
+	}
+}
+
 typedef struct {
-	const float *x, *w, *bias;
+	const float *x, *bias;
+	const void *w; /* panels of floats, or of halves (half) */
+	int half;
 	float *y;
 	int64_t M, N, K;
 	int64_t pairs;       /* panel pairs of W */
@@ -100,15 +123,21 @@ static void tile_portable(const f32p_job *j, int64_t m0, int mr, int64_t p0, int
 		int64_t c0 = (p0 + p) * PR;
 		if (c0 >= j->N)
 			break;
-		const float *w = j->w + (p0 + p) * j->K * PR;
+		int64_t off = (p0 + p) * j->K * PR;
+		const float *w = (const float *)j->w + off;
+		const uint16_t *wh = (const uint16_t *)j->w + off;
 		float *y = j->y + m0 * j->N;
 		load16(y, j->N, sum, mr, c0, j->N, k0);
-		for (int64_t q = k0; q < k1; q++)
+		for (int64_t q = k0; q < k1; q++) {
+			float wq[16];
+			for (int c = 0; c < 16; c++)
+				wq[c] = j->half ? vx_half_to_float(wh[q * PR + c]) : w[q * PR + c];
 			for (int r = 0; r < mr; r++) {
 				float a = j->x[(m0 + r) * j->K + q];
 				for (int c = 0; c < 16; c++)
-					sum[r * 16 + c] += a * w[q * PR + c];
+					sum[r * 16 + c] += a * wq[c];
 			}
+		}
 		store16(y, j->N, sum, mr, c0, j->N, k1 == j->K ? j->bias : NULL);
 	}
 }
@@ -117,11 +146,12 @@ static void tile_portable(const f32p_job *j, int64_t m0, int mr, int64_t p0, int
 #include <immintrin.h>
 #define ALWAYS __attribute__((always_inline)) inline
 
-/* MR rows x NP panels, AVX-512: MR*NP zmm sums. */
+/* MR rows x NP panels, AVX-512: MR*NP zmm sums; H: the panels hold halves. */
 static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR, int64_t p0, const int NP,
-                                     int64_t k0, int64_t k1) {
+                                     int64_t k0, int64_t k1, const int H) {
 	__m512 acc[8 * 4];
-	const float *x = j->x + m0 * j->K, *w = j->w + p0 * j->K * PR;
+	const float *x = j->x + m0 * j->K, *w = (const float *)j->w + p0 * j->K * PR;
+	const uint16_t *wh = (const uint16_t *)j->w + p0 * j->K * PR;
 	float *y = j->y + m0 * j->N;
 	int64_t K = j->K, ps = K * PR;
 	__mmask16 mk[4];
@@ -135,11 +165,13 @@ static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR
 	for (int64_t q = k0; q < k1; q++) {
 		__m512 b[4];
 #if F32P_PF
-		for (int p = 0; p < NP; p++)
-			_mm_prefetch((const char *)(w + p * ps + (q + F32P_PF) * PR), _MM_HINT_T0);
+		for (int p = 0; p < NP; p++) /* as many bytes ahead for halves */
+			_mm_prefetch(H ? (const char *)(wh + p * ps + (q + 2 * F32P_PF) * PR) : (const char *)(w + p * ps + (q + F32P_PF) * PR),
+			             _MM_HINT_T0);
 #endif
 		for (int p = 0; p < NP; p++)
-			b[p] = _mm512_load_ps(w + p * ps + q * PR);
+			b[p] = H ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wh + p * ps + q * PR)))
+			         : _mm512_load_ps(w + p * ps + q * PR);
 		for (int r = 0; r < MR; r++) {
 			__m512 a = _mm512_set1_ps(x[r * K + q]);
 			for (int p = 0; p < NP; p++)
@@ -160,30 +192,48 @@ static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR
 typedef void (*tile_fn)(const f32p_job *, int64_t, int64_t, int64_t, int64_t);
 #define T512(MR, NP)                                                                                    \
 	static AVX512_FN void tile512_##MR##_##NP(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
-		tile512(j, m0, MR, p0, NP, k0, k1);                                                             \
+		tile512(j, m0, MR, p0, NP, k0, k1, 0);                                                          \
+	}                                                                                                   \
+	static AVX512_FN void tile512h_##MR##_##NP(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
+		tile512(j, m0, MR, p0, NP, k0, k1, 1);                                                          \
 	}
 T512(1, 2) T512(2, 2) T512(3, 2) T512(4, 2) T512(5, 2) T512(6, 2) T512(7, 2) T512(8, 2)
 T512(1, 4) T512(2, 4) T512(3, 4) T512(4, 4)
-static const tile_fn tiles512_2[9] = {0, tile512_1_2, tile512_2_2, tile512_3_2, tile512_4_2,
-                                      tile512_5_2, tile512_6_2, tile512_7_2, tile512_8_2};
-static const tile_fn tiles512_4[5] = {0, tile512_1_4, tile512_2_4, tile512_3_4, tile512_4_4};
+/* [half][rows] */
+static const tile_fn tiles512_2[2][9] = {
+	{0, tile512_1_2, tile512_2_2, tile512_3_2, tile512_4_2, tile512_5_2, tile512_6_2, tile512_7_2, tile512_8_2},
+	{0, tile512h_1_2, tile512h_2_2, tile512h_3_2, tile512h_4_2, tile512h_5_2, tile512h_6_2, tile512h_7_2, tile512h_8_2}};
+static const tile_fn tiles512_4[2][5] = {{0, tile512_1_4, tile512_2_4, tile512_3_4, tile512_4_4},
+                                         {0, tile512h_1_4, tile512h_2_4, tile512h_3_4, tile512h_4_4}};
 
-/* MR rows x one panel, AVX2: 2*MR ymm sums. */
-static AVX2_FN ALWAYS void tile256(const f32p_job *j, int64_t m0, const int MR, int64_t p0, int64_t k0, int64_t k1) {
+/* MR rows x one panel, AVX2: 2*MR ymm sums; H: the panel holds halves. Compiled with F16C
+ * for the halves' instances; the F32 ones run no F16C instruction (their callers check AVX2
+ * and FMA only). */
+#define AVX2H_FN __attribute__((target("avx2,fma,f16c")))
+static AVX2H_FN ALWAYS void tile256(const f32p_job *j, int64_t m0, const int MR, int64_t p0, int64_t k0, int64_t k1,
+                                    const int H) {
 	if (p0 * PR >= j->N)
 		return;
 	float sum[6 * 16];
 	float *y = j->y + m0 * j->N;
 	load16(y, j->N, sum, MR, p0 * PR, j->N, k0);
 	__m256 acc[2 * 6];
-	const float *x = j->x + m0 * j->K, *w = j->w + p0 * j->K * PR;
+	const float *x = j->x + m0 * j->K, *w = (const float *)j->w + p0 * j->K * PR;
+	const uint16_t *wh = (const uint16_t *)j->w + p0 * j->K * PR;
 	int64_t K = j->K;
 	for (int r = 0; r < MR; r++) {
 		acc[2 * r] = _mm256_loadu_ps(sum + r * 16);
 		acc[2 * r + 1] = _mm256_loadu_ps(sum + r * 16 + 8);
 	}
 	for (int64_t q = k0; q < k1; q++) {
-		__m256 b0 = _mm256_load_ps(w + q * PR), b1 = _mm256_load_ps(w + q * PR + 8);
+		__m256 b0, b1;
+		if (H) {
+			b0 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wh + q * PR)));
+			b1 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(wh + q * PR + 8)));
+		} else {
+			b0 = _mm256_load_ps(w + q * PR);
+			b1 = _mm256_load_ps(w + q * PR + 8);
+		}
 		for (int r = 0; r < MR; r++) {
 			__m256 a = _mm256_broadcast_ss(x + r * K + q);
 			acc[2 * r] = _mm256_fmadd_ps(a, b0, acc[2 * r]);
@@ -197,12 +247,16 @@ static AVX2_FN ALWAYS void tile256(const f32p_job *j, int64_t m0, const int MR, 
 	store16(y, j->N, sum, MR, p0 * PR, j->N, k1 == K ? j->bias : NULL);
 }
 
-#define T256(MR)                                                                                         \
-	static AVX2_FN void tile256_##MR(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
-		tile256(j, m0, MR, p0, k0, k1);                                                                  \
+#define T256(MR)                                                                                          \
+	static AVX2H_FN void tile256_##MR(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) {  \
+		tile256(j, m0, MR, p0, k0, k1, 0);                                                                \
+	}                                                                                                     \
+	static AVX2H_FN void tile256h_##MR(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
+		tile256(j, m0, MR, p0, k0, k1, 1);                                                                \
 	}
 T256(1) T256(2) T256(3) T256(4) T256(5) T256(6)
-static const tile_fn tiles256[7] = {0, tile256_1, tile256_2, tile256_3, tile256_4, tile256_5, tile256_6};
+static const tile_fn tiles256[2][7] = {{0, tile256_1, tile256_2, tile256_3, tile256_4, tile256_5, tile256_6},
+                                       {0, tile256h_1, tile256h_2, tile256h_3, tile256h_4, tile256h_5, tile256h_6}};
 #endif
 
 /* k per block when several row tiles reuse W: the W floats of one block (kc x 16 per panel)
@@ -216,8 +270,9 @@ static int64_t k_block(int64_t K, int panels) {
 static void run_block(const f32p_job *j, int64_t m0, int64_t m1, int64_t g0, int64_t g1) {
 	int lv = 0;
 #ifdef VX_X86
-	lv = vx_use_avx512() ? 2 : vx_use_avx2() ? 1 : 0;
+	lv = vx_use_avx512() ? 2 : vx_use_avx2() && (!j->half || vx_use_f16c()) ? 1 : 0;
 #endif
+	const int h = j->half;
 	int64_t rows = m1 - m0;
 	for (int64_t g = g0; g < g1;) {
 		/* AVX-512 with at most 4 rows: two pairs at once where there are two (16 sums in
@@ -231,12 +286,12 @@ static void run_block(const f32p_job *j, int64_t m0, int64_t m1, int64_t g0, int
 				int mr = m1 - m < maxr ? (int)(m1 - m) : maxr;
 #ifdef VX_X86
 				if (quad) {
-					tiles512_4[mr](j, m, 2 * g, k0, k1);
+					tiles512_4[h][mr](j, m, 2 * g, k0, k1);
 				} else if (lv == 2) {
-					tiles512_2[mr](j, m, 2 * g, k0, k1);
+					tiles512_2[h][mr](j, m, 2 * g, k0, k1);
 				} else if (lv == 1) {
-					tiles256[mr](j, m, 2 * g, k0, k1);
-					tiles256[mr](j, m, 2 * g + 1, k0, k1);
+					tiles256[h][mr](j, m, 2 * g, k0, k1);
+					tiles256[h][mr](j, m, 2 * g + 1, k0, k1);
 				} else
 #endif
 					tile_portable(j, m, mr, 2 * g, 2, k0, k1);
@@ -269,7 +324,10 @@ static void native_task(void *p, int64_t i) {
 static void unpack_task(void *p, int64_t g) {
 	const f32p_job *j = p;
 	int64_t n0 = g * PAIR, n1 = n0 + PAIR < j->N ? n0 + PAIR : j->N;
-	vx_unpack_f32p(j->w, j->K, n0, n1 - n0, j->wide + n0 * j->K);
+	if (j->half)
+		unpack_f16p(j->w, j->K, n0, n1 - n0, j->wide + n0 * j->K);
+	else
+		vx_unpack_f32p(j->w, j->K, n0, n1 - n0, j->wide + n0 * j->K);
 }
 
 static void blas_task(void *p, int64_t i) {
@@ -292,7 +350,7 @@ static int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* Up to this many rows the native kernel runs, larger products OpenBLAS (see the top). */
 int64_t vx_f32p_native_rows = 128;
 
-int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bias, float *y, int64_t M,
+int vx_linear_f32p(vx_ctx *ctx, const float *x, const void *w, int wtype, const float *bias, float *y, int64_t M,
                    int64_t N, int64_t K, int64_t groups) {
 	if (M <= 0 || N <= 0)
 		return VX_OK;
@@ -303,7 +361,7 @@ int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bia
 		return VX_OK;
 	}
 	int nt = vx_ctx_threads(ctx);
-	f32p_job j = {.x = x, .w = w, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ctx = ctx};
+	f32p_job j = {.x = x, .w = w, .half = wtype == VX_F16_P, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ctx = ctx};
 	j.pairs = vx_f32p_rows(N) / PAIR;
 	double work = (double)M * (double)N * (double)K;
 	/* The choice follows one group's rows, so a group's results are those it gets alone. */
@@ -470,7 +528,7 @@ int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const v
 		else
 			for (int64_t i = 0; i < j.P; i++)
 				im2col_task(&j, i);
-		int rc = vx_linear_f32p(ctx, j.cols, Wt->data, NULL, j.out, j.P, j.Cout, j.K, 1);
+		int rc = vx_linear_f32p(ctx, j.cols, Wt->data, VX_F32_P, NULL, j.out, j.P, j.Cout, j.K, 1);
 		if (rc != VX_OK)
 			return rc;
 		vx_parallel_for(ctx, (j.Cout + TRANSPOSE_CH - 1) / TRANSPOSE_CH, transpose_task, &j);

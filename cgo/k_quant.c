@@ -77,8 +77,8 @@ int64_t vx_qbytes(int dtype, int64_t n, int64_t k) {
 		return 0;
 	if (dtype == VX_Q8_0_R8)
 		return (n + 7) / 8 * 8 * vx_qrow_bytes(VX_Q8_0, k);
-	if (dtype == VX_F32_P)
-		return k > 0 ? vx_f32p_rows(n) * k * 4 : 0;
+	if (dtype == VX_F32_P || dtype == VX_F16_P)
+		return k > 0 ? vx_f32p_rows(n) * k * (dtype == VX_F16_P ? 2 : 4) : 0;
 	return n * vx_qrow_bytes(dtype, k);
 }
 
@@ -150,6 +150,8 @@ static int level(void) {
 int vx_linear_q_vnni(void) { return level() == LV_VNNI; }
 
 int vx_use_f16c(void) { return level() >= LV_AVX2; }
+
+float vx_half_to_float(uint16_t h) { return half_f32(h); }
 
 /* ---- dequantising rows ---- */
 
@@ -788,13 +790,14 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *x = vx_src(node, t, 0), *w = vx_src(node, t, 1), *b = vx_src(node, t, 2), *y = &t[node->dst];
 	if (node->n_src < 2 || node->n_src > 3 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !w ||
 	    (w->dtype != VX_Q8_0 && w->dtype != VX_F16 && w->dtype != VX_Q8_0_R8 && w->dtype != VX_Q4_K &&
-	     w->dtype != VX_BF16 && w->dtype != VX_F32_P) || w->ndim != 2 || !w->data)
+	     w->dtype != VX_BF16 && w->dtype != VX_F32_P && w->dtype != VX_F16_P) || w->ndim != 2 || !w->data)
 		return VX_ERR_BAD_SHAPE;
 	if (x->ndim < 1 || y->ndim != x->ndim || !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t N = w->shape[0], K = w->shape[1], M = K > 0 ? vx_numel(x) / K : 0;
 	int r8 = w->dtype == VX_Q8_0_R8;
-	int64_t rb = w->dtype == VX_F32_P ? 4 * K : vx_qrow_bytes(r8 ? VX_Q8_0 : w->dtype, K);
+	int panels = w->dtype == VX_F32_P || w->dtype == VX_F16_P;
+	int64_t rb = panels ? 4 * K : vx_qrow_bytes(r8 ? VX_Q8_0 : w->dtype, K);
 	if (rb == 0 || N <= 0 || x->shape[x->ndim - 1] != K || y->shape[y->ndim - 1] != N || vx_numel(y) != M * N)
 		return VX_ERR_BAD_SHAPE;
 	for (int d = 0; d < x->ndim - 1; d++)
@@ -807,8 +810,8 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	/* ip[0]: the rows are this many independent groups (sessions batched together); the
 	 * kernel is chosen by one group's rows, so each group's results are those it gets alone. */
 	int64_t row_groups = node->ip[0] > 1 ? node->ip[0] : 1;
-	if (w->dtype == VX_F32_P)
-		return vx_linear_f32p(ctx, x->data, w->data, b ? b->data : NULL, y->data, M, N, K, row_groups);
+	if (panels)
+		return vx_linear_f32p(ctx, x->data, w->data, w->dtype, b ? b->data : NULL, y->data, M, N, K, row_groups);
 	int nt = vx_ctx_threads(ctx);
 	lq_job j = {.dtype = w->dtype, .lv = level(), .M = M, .N = N, .K = K, .rb = rb, .nb = K / QK,
 	            .w = w->data, .x = x->data, .bias = b ? b->data : NULL, .y = y->data, .ctx = ctx};

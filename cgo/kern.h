@@ -30,6 +30,8 @@ int vx_use_avx2(void);
 int vx_use_avx512(void);
 /* Whether AVX2 + FMA code may also convert halves (F16C): f16 caches read in registers. */
 int vx_use_f16c(void);
+/* One binary16 value as a float (exact). */
+float vx_half_to_float(uint16_t h);
 
 /* vx_src is source i of a node, or NULL when absent. */
 const vx_tensor *vx_src(const vx_node *n, const vx_tensor *t, int i);

@@ -25,7 +25,13 @@
 /* VX_F32_P is an F32 Linear weight [n, k] packed at load for the small-matrix kernel
  * (vx_repack_f32p, k_f32p.c): panels of VX_F32P_ROWS rows, rows zero-padded to a multiple of
  * 2 * VX_F32P_ROWS (vx_f32p_rows), panel p being k runs of its rows' values at one k. */
-typedef enum { VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3, VX_Q8_0_R8 = 4, VX_Q4_K = 5, VX_BF16 = 6, VX_F32_P = 7 } vx_dtype;
+/* VX_F16_P is an F16 Linear weight in the same panels, each value a binary16: half the bytes,
+ * widened in registers by the same tiles (the sums are those of VX_F32_P over the widened
+ * values, bit for bit). */
+typedef enum {
+	VX_F32 = 0, VX_I32 = 1, VX_Q8_0 = 2, VX_F16 = 3, VX_Q8_0_R8 = 4, VX_Q4_K = 5, VX_BF16 = 6, VX_F32_P = 7,
+	VX_F16_P = 8
+} vx_dtype;
 #define VX_F32P_ROWS 16
 
 typedef struct {
@@ -213,8 +219,11 @@ void vx_repack_q8_0_r8(const void *src, void *dst, int64_t n, int64_t k);
 int64_t vx_f32p_rows(int64_t n);
 void vx_repack_f32p(const float *src, float *dst, int64_t n, int64_t k);
 void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *dst);
-/* y[M, N] = x[M, K] W^T (+ bias) for a VX_F32_P weight W (the VX_OP_LINEAR_Q kernel for it). */
-int vx_linear_f32p(vx_ctx *ctx, const float *x, const float *w, const float *bias, float *y, int64_t M,
+/* VX_F16_P: repacks row-major binary16 src (little-endian) into dst (vx_f32p_rows(n) * k halves). */
+void vx_repack_f16p(const uint16_t *src, uint16_t *dst, int64_t n, int64_t k);
+/* y[M, N] = x[M, K] W^T (+ bias) for a VX_F32_P or VX_F16_P (wtype) weight W (the
+ * VX_OP_LINEAR_Q kernel for them). */
+int vx_linear_f32p(vx_ctx *ctx, const float *x, const void *w, int wtype, const float *bias, float *y, int64_t M,
                    int64_t N, int64_t K, int64_t groups);
 /* VX_OP_CONV2D with a VX_F32_P kernel [Cout, Cin, KH, KW] (no groups). */
 int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,

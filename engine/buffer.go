@@ -144,7 +144,7 @@ func Upload(a Allocator, name string, data []float32, shape ...int64) (*Buffer, 
 // UploadRaw copies already-encoded data (a GGUF tensor's bytes: Q8_0 blocks, F16 halves, or
 // F32/I32 little-endian values) into a new buffer of that dtype and shape from a. For Q8_0R8
 // (a 2-D weight) raw is GGUF Q8_0 and is repacked into the decode kernel's layout; for F32P
-// raw is F32, repacked into the small-matrix kernel's panels.
+// raw is F32, and for F16P (a 2-D weight) F16, repacked into the small-matrix kernel's panels.
 func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64) (*Buffer, error) {
 	if !validShape(shape) {
 		return nil, fmt.Errorf("engine: buffer %q: invalid shape %v", name, shape)
@@ -158,6 +158,11 @@ func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64
 		if len(shape) < 2 {
 			return nil, fmt.Errorf("engine: buffer %q: an F32P weight has 2 or more dims, not %v", name, shape)
 		}
+	case F16P:
+		in = F16 // given as row-major halves, repacked below
+		if len(shape) != 2 {
+			return nil, fmt.Errorf("engine: buffer %q: an F16P weight has 2 dims, not %v", name, shape)
+		}
 	}
 	if want := storageSize(in, shape); want < 0 || int64(len(raw)) != want {
 		return nil, fmt.Errorf("engine: buffer %q: %d bytes for %s %v (want %d)", name, len(raw), dtypeName(in), shape, want)
@@ -166,15 +171,18 @@ func UploadRaw(a Allocator, name string, dtype DType, raw []byte, shape ...int64
 	if err != nil {
 		return nil, err
 	}
-	if dtype == Q8_0R8 || dtype == F32P {
+	if dtype == Q8_0R8 || dtype == F32P || dtype == F16P {
 		packed := b.Raw() // host memory is repacked in place
 		if packed == nil {
 			packed = make([]byte, b.mem.Bytes())
 		}
 		var err error
-		if dtype == F32P {
+		switch dtype {
+		case F32P:
 			err = cgo.RepackF32P(packed, raw, shape[0], numel(shape[1:]))
-		} else {
+		case F16P:
+			err = cgo.RepackF16P(packed, raw, shape[0], shape[1])
+		default:
 			err = cgo.RepackQ8_0R8(packed, raw, shape[0], shape[1])
 		}
 		if err != nil {
@@ -210,8 +218,8 @@ func storageSize(dtype DType, shape []int64) int64 {
 		}
 		return 4
 	}
-	if dtype == Q8_0R8 || dtype == F32P {
-		if len(shape) < 2 || dtype == Q8_0R8 && len(shape) != 2 {
+	if dtype == Q8_0R8 || dtype == F32P || dtype == F16P {
+		if len(shape) < 2 || dtype != F32P && len(shape) != 2 {
 			return -1
 		}
 		// F32P: rows are the first axis, each the rest flattened (a convolution's kernel).
@@ -227,11 +235,11 @@ func storageSize(dtype DType, shape []int64) int64 {
 	return numel(shape[:len(shape)-1]) * row
 }
 
-// IsQuantized reports whether dtype is a weight encoding (Q8_0, Q8_0R8, F16, Q4_K, BF16, F32P)
+// IsQuantized reports whether dtype is a weight encoding (Q8_0, Q8_0R8, F16, Q4_K, BF16, F32P, F16P)
 // rather than an element type the ops compute in: such buffers feed only Linear (as the
 // weight), GatherRows (as the table; not Q8_0R8 or F32P) and, F32P, Conv2D without groups.
 func IsQuantized(dtype DType) bool {
-	return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 || dtype == Q4_K || dtype == BF16 || dtype == F32P
+	return dtype == Q8_0 || dtype == F16 || dtype == Q8_0R8 || dtype == Q4_K || dtype == BF16 || dtype == F32P || dtype == F16P
 }
 
 // DTypeName names an element type or encoding ("F32", "F16", "Q8_0", ...).
@@ -255,6 +263,8 @@ func dtypeName(d DType) string {
 		return "BF16"
 	case F32P:
 		return "F32P"
+	case F16P:
+		return "F16P"
 	}
 	return fmt.Sprintf("DType(%d)", int32(d))
 }

@@ -35,6 +35,9 @@ const (
 	// F32P is an F32 Linear weight packed into panels at load (built by UploadRaw from F32
 	// values): the layout the small-matrix kernel streams, for Linear weights only.
 	F32P = cgo.F32P
+	// F16P is an F16 Linear weight in the same panels (built by UploadRaw from F16 values),
+	// for Linear weights only.
+	F16P = cgo.F16P
 )
 
 type tensorKind int

@@ -495,7 +495,7 @@ func (g *Graph) GatherRows(table, idx Tensor) Tensor {
 	}
 	dt := table.DType()
 	if IsQuantized(dt) {
-		if dt == Q8_0R8 || dt == F32P {
+		if dt == Q8_0R8 || dt == F32P || dt == F16P {
 			return g.fail("GatherRows", "a "+dtypeName(dt)+" weight is interleaved for Linear; gather from a row-major table", table, idx)
 		}
 		if ti := table.info(); ti.kind != kindPersistent || ti.view {

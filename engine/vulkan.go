@@ -189,7 +189,7 @@ func (m vkMem) staging(lo, hi int64) (*vulkan.Buffer, error) {
 
 // Accepts implements EncodingChecker: the shaders read F32 and I32 values and the file
 // encodings F16, BF16, Q8_0 and Q4_K (Linear weights and embedding tables), not the CPU's
-// repacked layouts (Q8_0R8, F32P), which model loaders replace by the file's own.
+// repacked layouts (Q8_0R8, F32P, F16P), which model loaders replace by the file's own.
 func (v *Vulkan) Accepts(dtype DType) bool {
 	switch dtype {
 	case F32, I32, F16, BF16, Q8_0, Q4_K:

@@ -18,8 +18,8 @@ func lqEncoding(op string, dt DType) (vulkan.Encoding, error) {
 	switch dt {
 	case Q8_0, F16, BF16, Q4_K:
 		return vulkan.Encoding(dt), nil
-	case Q8_0R8, F32P:
-		return 0, fmt.Errorf("%s: a %s weight is the CPU's repacked layout; on Vulkan load it as stored in the file (Q8_0 or F32)", op, dtypeName(dt))
+	case Q8_0R8, F32P, F16P:
+		return 0, fmt.Errorf("%s: a %s weight is the CPU's repacked layout; on Vulkan load it as stored in the file (Q8_0, F32 or F16)", op, dtypeName(dt))
 	}
 	return 0, fmt.Errorf("%s: weights in %s have no Vulkan shader (F16, BF16, Q8_0, Q4_K)", op, dtypeName(dt))
 }

@@ -39,7 +39,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
   loopback  real WebRTC sessions over loopback: latency p50/p95 and its parts, CPU per session, RTF, late frames, dropped audio
   planner   memory plan of a model-shaped graph: arena vs naive bytes, persistent bytes
   gemm      our matmul against OpenBLAS called directly, GFLOP/s at each model's own shapes (MeanVC2, MioTTS, MioCodec), per part and against the peak
-  gemv      one decode-step Linear (1×1024×3072) with F32, F16, Q8_0 (and Q8_0R8) weights: µs and GB/s
+  gemv      one decode-step Linear (1×1024×3072) with F32, F16 (and F16P), Q8_0 (and Q8_0R8) weights: µs and GB/s
   dispatch  engine overhead per node on a graph of 1000 tiny ops
   tts-load  N concurrent TTS WebSocket sessions against a server: time to first audio p50/p95, rejected, late chunks, CPU
   soak      WebRTC sessions and TTS streams joining and leaving for --minutes: server RSS, heap, goroutines, fds flat

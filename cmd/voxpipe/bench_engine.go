@@ -481,6 +481,8 @@ func dtypeLabel(d engine.DType) string {
 		return "Q8_0R8"
 	case engine.F32P:
 		return "F32P"
+	case engine.F16P:
+		return "F16P"
 	}
 	return "F32"
 }
@@ -507,6 +509,8 @@ func gemmPair(be engine.Backend, threads, m, k, n, perCall, copies int, dt engin
 	switch {
 	case dt == engine.F32 && linear:
 		used, raw = engine.F32P, gguf.EncodeF32(w) // as models/nn loads an F32 Linear
+	case dt == engine.F16 && linear:
+		used, raw = engine.F16P, gguf.EncodeF16(w) // as models/nn loads an F16 Linear
 	case dt == engine.F16:
 		used, raw = engine.F16, gguf.EncodeF16(w)
 	case dt == engine.Q8_0 && k%32 == 0:
@@ -641,7 +645,7 @@ func runBenchGemv(args []string, stdout, stderr io.Writer) error {
 		name string
 		gt   gguf.DType
 		et   engine.DType
-	}{{"F32", gguf.F32, engine.F32}, {"F16", gguf.F16, engine.F16}, {"Q8_0", gguf.Q8_0, engine.Q8_0}, {"Q8_0R8", gguf.Q8_0, engine.Q8_0R8}} {
+	}{{"F32", gguf.F32, engine.F32}, {"F16", gguf.F16, engine.F16}, {"F16P", gguf.F16, engine.F16P}, {"Q8_0", gguf.Q8_0, engine.Q8_0}, {"Q8_0R8", gguf.Q8_0, engine.Q8_0R8}} {
 		var raw []byte
 		switch dt.gt {
 		case gguf.F32:

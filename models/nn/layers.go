@@ -197,7 +197,7 @@ func FuseLinears(a engine.Allocator, name string, ls ...*Linear) (*Linear, error
 		return nil, nil
 	}
 	dt, k := w0.DType(), w0.Shape()[1]
-	group := map[engine.DType]int64{engine.F32P: 2 * cgo.F32PRows, engine.Q8_0R8: 8}[dt]
+	group := map[engine.DType]int64{engine.F32P: 2 * cgo.F32PRows, engine.F16P: 2 * cgo.F32PRows, engine.Q8_0R8: 8}[dt]
 	rows, withBias := int64(0), ls[0].Bias.Present()
 	for _, l := range ls {
 		w := l.Weight.Buf

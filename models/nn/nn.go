@@ -29,7 +29,7 @@ type encoding uint8
 
 const (
 	f32Only   encoding = iota // any op reads it: F32
-	linearEnc                 // a Linear weight: Q8_0 (repacked for the decode kernel) or F16
+	linearEnc                 // a Linear weight: Q8_0 (repacked for the decode kernel) or F16 (packed: F16P)
 	rowsEnc                   // a GatherRows table: Q8_0 or F16 rows
 	kernelEnc                 // a Conv2d weight: F32 packed (F32P)
 )
@@ -75,6 +75,8 @@ func (t *Tensor) Load(src weights.Source, name string, shape []int, a engine.All
 				b, err = engine.UploadRaw(a, name, engine.Q8_0, raw, s...) // a GPU reads the file's blocks
 			case edt == engine.F32P:
 				b, err = engine.UploadRaw(a, name, engine.F32, raw, s...) // the file's F32 values, unpacked
+			case edt == engine.F16P && engine.Accepts(a, engine.F16):
+				b, err = engine.UploadRaw(a, name, engine.F16, raw, s...) // a GPU reads the file's halves
 			}
 			weights.Done(r, raw) // an encoding the backend does not read is decoded below
 		}
@@ -106,6 +108,8 @@ func (t *Tensor) keep(dt gguf.DType, shape []int64) (engine.DType, bool) {
 		return engine.F32, true
 	case t.enc == f32Only || len(shape) != 2:
 		return 0, false
+	case dt == gguf.F16 && t.enc == linearEnc:
+		return engine.F16P, true
 	case dt == gguf.F16:
 		return engine.F16, true
 	case dt == gguf.Q8_0 && t.enc == linearEnc && cgo.WeightBytes(engine.Q8_0R8, shape[0], shape[1]) > 0:
@@ -120,9 +124,9 @@ func (t *Tensor) keep(dt gguf.DType, shape []int64) (engine.DType, bool) {
 	return 0, false
 }
 
-// Matrix is a Linear weight [out, in]: F32 packed into the small-matrix kernel's panels
-// (F32P), or kept as Q8_0 (repacked for the decode kernel), F16, BF16 or Q4_K when the file
-// holds it so.
+// Matrix is a Linear weight [out, in]: F32 or F16 packed into the small-matrix kernel's
+// panels (F32P, F16P), or kept as Q8_0 (repacked for the decode kernel), BF16 or Q4_K when
+// the file holds it so.
 type Matrix struct{ Tensor }
 
 // Encoded implements weights.Encoder.

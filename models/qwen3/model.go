@@ -255,8 +255,9 @@ func (m *Model) restrictedHead(rows []int32) (*engine.Buffer, error) {
 		}
 		i += n
 	}
-	if dt == engine.Q8_0 && engine.Accepts(m.backend, engine.Q8_0R8) {
-		dt = engine.Q8_0R8
+	// In the layout the CPU's Linear kernels read fastest, as models/nn loads a Linear.
+	if packed := map[engine.DType]engine.DType{engine.Q8_0: engine.Q8_0R8, engine.F16: engine.F16P, engine.F32: engine.F32P}[dt]; packed != 0 && engine.Accepts(m.backend, packed) {
+		dt = packed
 	}
 	buf, err := engine.UploadRaw(m.backend, "lm_head.restricted", dt, data, int64(len(rows)), int64(hid))
 	if err != nil {

@@ -83,10 +83,7 @@ func TestQuantizedGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			layerDT := c.edt
-			if c.edt == engine.Q8_0 {
-				layerDT = engine.Q8_0R8
-			}
+			layerDT := map[engine.DType]engine.DType{engine.Q8_0: engine.Q8_0R8, engine.F16: engine.F16P}[c.edt] // Linear layers are repacked
 			if m.embed.DType() != c.edt || m.w.Layers[0].Down.Weight.Buf.DType() != layerDT || m.w.Norm.Weight.Buf.DType() != engine.F32 {
 				t.Fatalf("weights not kept as %s: embed %v down %v norm %v", c.dt, m.embed.DType(), m.w.Layers[0].Down.Weight.Buf.DType(), m.w.Norm.Weight.Buf.DType())
 			}
