@@ -84,17 +84,7 @@ func TestLinearF32P(t *testing.T) {
 		for i := range w {
 			w[i] = float32(rng.NormFloat64() / math.Sqrt(float64(c.k)))
 		}
-		x := make([]float32, c.m*c.k)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		var bias []float32
-		if ci%2 == 1 {
-			bias = make([]float32, c.n)
-			for i := range bias {
-				bias[i] = float32(rng.NormFloat64())
-			}
-		}
+		x, bias := inputsAndBias(rng, c.m, c.n, c.k, ci%2 == 1)
 		ref := make([]float64, c.m*c.n)
 		bound := make([]float64, c.m*c.n)
 		for i := 0; i < c.m; i++ {
@@ -251,17 +241,7 @@ func TestLinearF16P(t *testing.T) {
 			t.Fatal(err)
 		}
 		wh, w32 := cBytes(t, packed), f32pWeight(t, wide, c.n, c.k)
-		x := make([]float32, c.m*c.k)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		var bias []float32
-		if ci%2 == 1 {
-			bias = make([]float32, c.n)
-			for i := range bias {
-				bias[i] = float32(rng.NormFloat64())
-			}
-		}
+		x, bias := inputsAndBias(rng, c.m, c.n, c.k, ci%2 == 1)
 		for _, rows := range []int64{1 << 30, 0} { // native, OpenBLAS
 			SetF32PNativeRows(rows)
 			for _, lv := range simdLevels() {
@@ -290,6 +270,21 @@ func TestLinearF16P(t *testing.T) {
 	if err := RepackF16P(make([]byte, 10), make([]byte, 8), 2, 2); err == nil {
 		t.Error("RepackF16P into a buffer of the wrong size: no error")
 	}
+}
+
+// inputsAndBias are N(0, 1) inputs x [m, k] and, withBias, a bias [n] (else nil).
+func inputsAndBias(rng *rand.Rand, m, n, k int, withBias bool) (x, bias []float32) {
+	x = make([]float32, m*k)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	if withBias {
+		bias = make([]float32, n)
+		for i := range bias {
+			bias[i] = float32(rng.NormFloat64())
+		}
+	}
+	return x, bias
 }
 
 func equalBits(a, b []float32) bool {

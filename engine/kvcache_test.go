@@ -102,7 +102,15 @@ func testF16KVCache(t *testing.T, c kvCacheCase) {
 			mp = &m
 		}
 		g.Output("out", g.Attention(qt, views[0], views[1], mp, nil, 0))
-		got := runInputs(t, g, threads, map[string][]float32{"q": q, "k": newK, "v": newV, "mask": mask}, map[string][]int32{"pos": pos})
+		got := run(t, g, false, threads, func(name string, x []float32) {
+			if name == "pos" { // an int32 input: its memory seen as floats
+				for i, p := range pos {
+					x[i] = math.Float32frombits(uint32(p))
+				}
+				return
+			}
+			copy(x, map[string][]float32{"q": q, "k": newK, "v": newV, "mask": mask}[name])
+		})
 		k, err := caches[0].Values()
 		if err != nil {
 			t.Fatal(err)
@@ -140,37 +148,6 @@ func testF16KVCache(t *testing.T, c kvCacheCase) {
 	want := refAttention(q, head(k32, c.D), head(v32, c.Dv), 1, int(c.H), int(c.Hk), int(c.Tq), int(c.L), int(c.D), int(c.Dv),
 		float64(float32(1/math.Sqrt(float64(c.D)))), m, func(h, i, j int) float64 { return 0 })
 	near(t, c.name, out32, want)
-}
-
-// runInputs compiles g on a CPU backend of threads threads, feeds the named inputs and runs
-// it once.
-func runInputs(t *testing.T, g *Graph, threads int, f32 map[string][]float32, i32 map[string][]int32) map[string][]float32 {
-	t.Helper()
-	cpu, err := NewCPU(threads)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
-	prog, err := cpu.Compile(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
-	for name := range g.inputs {
-		if v, ok := i32[name]; ok {
-			copy(prog.InputInt32(name), v)
-		} else {
-			copy(prog.Input(name), f32[name])
-		}
-	}
-	if err := prog.Run(); err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]float32{}
-	for name := range g.outputs {
-		out[name] = slices.Clone(prog.Output(name))
-	}
-	return out
 }
 
 // roundHalf is x rounded to binary16 and back by Go's encoder.

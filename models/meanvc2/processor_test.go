@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/internal/parity"
 	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
 )
 
@@ -29,6 +30,17 @@ func goldenVariant(t *testing.T, folder string) (*Model, Timbre, []float32) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
+	target := goldenTarget(t, r, m)
+	src, _, err := r.Cases.Get("input.src_wav")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, target, append(slices.Clone(src), src[:2200]...)
+}
+
+// goldenTarget is the golden case's target voice (its speaker embedding) for m.
+func goldenTarget(t *testing.T, r *parity.Run, m *Model) Timbre {
+	t.Helper()
 	spk, _, err := r.Cases.Get("spk.embedding")
 	if err != nil {
 		t.Fatal(err)
@@ -37,11 +49,7 @@ func goldenVariant(t *testing.T, folder string) (*Model, Timbre, []float32) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, _, err := r.Cases.Get("input.src_wav")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, target, append(slices.Clone(src), src[:2200]...)
+	return target
 }
 
 func newStream(t *testing.T, m *Model, target Timbre) *Stream {
