@@ -271,8 +271,8 @@ static void run_block(const f32p_job *j, int64_t m0, int64_t m1, int64_t g0, int
 	int lv = 0;
 #ifdef VX_X86
 	lv = vx_use_avx512() ? 2 : vx_use_avx2() && (!j->half || vx_use_f16c()) ? 1 : 0;
-#endif
 	const int h = j->half;
+#endif
 	int64_t rows = m1 - m0;
 	for (int64_t g = g0; g < g1;) {
 		/* AVX-512 with at most 4 rows: two pairs at once where there are two (16 sums in
