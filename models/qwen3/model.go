@@ -280,7 +280,8 @@ func DefaultKVCache(backend engine.Backend) engine.DType {
 }
 
 // SetKVCache sets the encoding of the KV caches of sessions made from now on: F32 (the
-// reference's precision) or F16 (CPU backend only).
+// reference's precision) or F16 (CPU backend only). Set it before sessions are made from
+// several goroutines (at load); sessions already made keep theirs.
 func (m *Model) SetKVCache(dt engine.DType) error {
 	switch {
 	case dt == engine.F32:
