@@ -228,6 +228,7 @@ func TestTTSCommand(t *testing.T) {
 		{[]string{"tts", "--model", lm, "--codec", codec, "--voice", ref, "-o", out}, "no text"},
 		{[]string{"tts", "--model", lm, "--codec", codec, "--voice", ref, "?!", "-o", out}, "nothing to say"},
 		{[]string{"tts", "--model", lm, "--codec", lm, "--voice", ref, "hi", "-o", out, "--voice-cache", ""}, "not MioCodec"},
+		{[]string{"tts", "--model", lm, "--codec", codec, "--voice", ref, "hi", "-o", out, "--kv-cache", "f64"}, "--kv-cache"},
 	} {
 		if _, stderr, code := runCmd(t, c.args...); code == 0 || !strings.Contains(stderr, c.msg) {
 			t.Errorf("%v: exit %d, %q (want %q)", c.args, code, stderr, c.msg)
@@ -253,6 +254,8 @@ func TestFirstContact(t *testing.T) {
 		want string
 	}{
 		{[]string{"serve", "--listen", "8080"}, "expected HOST:PORT"},
+		{[]string{"serve", "--kv-cache", "f8"}, "--kv-cache: qwen3: KV cache \"f8\""},
+		{[]string{"worker", "--kv-cache", "q8"}, "--kv-cache: qwen3: KV cache \"q8\""},
 		{[]string{"tts", "--model", "m.gguf", "--codec", "c.gguf", "--voice", "r.wav", "-o", "out.mp3", "hello"}, "only WAV files are written"},
 		{[]string{"convert", "in.wav", "out.mp3"}, "only WAV files are written"},
 	} {

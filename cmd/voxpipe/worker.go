@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/voxpipe/voxpipe/buffers"
+	"github.com/voxpipe/voxpipe/models/qwen3"
 	"github.com/voxpipe/voxpipe/server/auth"
 	"github.com/voxpipe/voxpipe/server/metrics"
 	"github.com/voxpipe/voxpipe/stream"
@@ -66,6 +67,9 @@ func workerCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if err := applyConfigFlag(fs, *config); err != nil {
 		return err
+	}
+	if _, _, err := qwen3.ParseKVCache(o.kvCache); err != nil {
+		return fmt.Errorf("--kv-cache: %w", err)
 	}
 	if lkSecret == "" {
 		lkSecret = os.Getenv("LIVEKIT_API_SECRET")
