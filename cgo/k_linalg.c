@@ -1264,8 +1264,8 @@ int vx_attn_decode_kernel = 1;
 typedef struct {
 	vx_ctx *ctx;
 	const float *q;
-	const void *k, *v; /* f32, or f16 where kf16 / vf16 (a half-precision cache) */
-	int kf16, vf16;
+	const void *k, *v; /* f32, or f16 where kv16 (a half-precision cache the decode kernel reads) */
+	int kv16;
 	float *o;
 	int64_t sq[3], sk[3], sv[3], so[3]; /* b, h, t strides in elements (inner stride 1) */
 	const float *mask;
@@ -1279,16 +1279,31 @@ typedef struct {
 	int simd;
 } attn_job;
 
-/* Floats of a task's scratch: rows × Tk scores, the rows' normalisers, and the widened
- * keys and values of an f16 cache. */
-static int64_t attn_scratch_floats(const attn_job *j, int64_t rows) {
-	return rows * j->Tk + rows + (j->kf16 ? j->Tk * j->D : 0) + (j->vf16 ? j->Tk * j->Dv : 0);
+/* Whether the job's tasks run the decode kernel (attn_decode_avx2 / attn_decode_f16). */
+static int decode_kernel(const attn_job *j) {
+#ifdef VX_HAVE_X86
+	return j->group_mode && j->simd && vx_attn_decode_kernel && j->D % 8 == 0 && j->Dv % 8 == 0;
+#else
+	(void)j;
+	return 0;
+#endif
 }
 
-/* n rows of d f16 values, stride st elements apart, into dst as packed f32 rows. */
-static void widen_f16_rows(const char *src, int64_t st, int64_t n, int64_t d, float *dst) {
-	for (int64_t r = 0; r < n; r++)
-		vx_encode(VX_F16, VX_F32, src + r * st * 2, dst + r * d, d);
+/* An f16 operand [B, H, T, D] (unit inner stride) widened into dst as a contiguous f32 one. */
+static void widen_f16_operand(const vx_tensor *t, float *dst, vx_tensor *out) {
+	*out = *t;
+	out->data = dst;
+	out->dtype = VX_F32;
+	int64_t st = 1;
+	for (int d = 3; d >= 0; d--) {
+		out->stride[d] = st;
+		st *= t->shape[d];
+	}
+	const uint16_t *src = t->data;
+	for (int64_t b = 0; b < t->shape[0]; b++)
+		for (int64_t h = 0; h < t->shape[1]; h++)
+			for (int64_t r = 0; r < t->shape[2]; r++, dst += t->shape[3])
+				vx_encode(VX_F16, VX_F32, src + b * t->stride[0] + h * t->stride[1] + r * t->stride[2], dst, t->shape[3]);
 }
 
 static void attn_task(void *p, int64_t i) {
@@ -1318,34 +1333,20 @@ static void attn_task(void *p, int64_t i) {
 		ldq = j->sq[2];
 		ldo = j->so[2];
 	}
-	const char *kb = (const char *)j->k + (b * j->sk[0] + hk * j->sk[1]) * (j->kf16 ? 2 : 4);
-	const char *vb = (const char *)j->v + (b * j->sv[0] + hk * j->sv[1]) * (j->vf16 ? 2 : 4);
-	int64_t Tk = j->Tk, skt = j->sk[2], svt = j->sv[2];
-	float *s = thread_scratch(j->ctx, attn_scratch_floats(j, rows) * (int64_t)sizeof(float));
+	int64_t Tk = j->Tk, es = j->kv16 ? 2 : 4;
+	const char *kb = (const char *)j->k + (b * j->sk[0] + hk * j->sk[1]) * es;
+	const char *vb = (const char *)j->v + (b * j->sv[0] + hk * j->sv[1]) * es;
+	float *s = thread_scratch(j->ctx, (rows * Tk + rows) * (int64_t)sizeof(float));
 	float *inv = s + rows * Tk;
 #ifdef VX_HAVE_X86
-	if (j->group_mode && j->simd && vx_attn_decode_kernel && j->D % 8 == 0 && j->Dv % 8 == 0 &&
-	    j->kf16 == j->vf16 && (!j->kf16 || vx_use_f16c())) {
-		(j->kf16 ? attn_decode_f16 : attn_decode_avx2)(q, ldq, kb, skt, vb, svt, o, ldo, rows, Tk, j->D, j->Dv,
-		                                               j->scale, j->bias ? j->bias + h0 * j->sbh : NULL, j->sbh,
-		                                               j->sbk, j->mask, j->smk, s, inv);
+	if (decode_kernel(j)) {
+		(j->kv16 ? attn_decode_f16 : attn_decode_avx2)(q, ldq, kb, j->sk[2], vb, j->sv[2], o, ldo, rows, Tk, j->D,
+		                                               j->Dv, j->scale, j->bias ? j->bias + h0 * j->sbh : NULL,
+		                                               j->sbh, j->sbk, j->mask, j->smk, s, inv);
 		return;
 	}
 #endif
-	/* an f16 cache is widened into the scratch after the scores, one row after another */
-	const float *k = (const float *)kb, *v = (const float *)vb;
-	float *wide = inv + rows;
-	if (j->kf16) {
-		widen_f16_rows(kb, skt, Tk, j->D, wide);
-		k = wide;
-		skt = j->D;
-		wide += Tk * j->D;
-	}
-	if (j->vf16) {
-		widen_f16_rows(vb, svt, Tk, j->Dv, wide);
-		v = wide;
-		svt = j->Dv;
-	}
+	const float *k = (const float *)kb, *v = (const float *)vb; /* f32 here: an f16 cache was widened */
 
 	/* S = Q K^T */
 	gemm_args ga;
@@ -1355,7 +1356,7 @@ static void attn_task(void *p, int64_t i) {
 	ga.ak = 1;
 	ga.b = k;
 	ga.bk = 1;
-	ga.bn = skt;
+	ga.bn = j->sk[2];
 	ga.c = s;
 	ga.ldc = Tk;
 	ga.m = rows;
@@ -1381,7 +1382,7 @@ static void attn_task(void *p, int64_t i) {
 	ga.am = Tk;
 	ga.ak = 1;
 	ga.b = v;
-	ga.bk = svt;
+	ga.bk = j->sv[2];
 	ga.bn = 1;
 	ga.c = o;
 	ga.ldc = ldo;
@@ -1484,15 +1485,25 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *in[3] = {Q, K, V};
 	int64_t inner[3] = {j.D, j.D, j.Dv}, rowsN[3] = {j.Tq, j.Tk, j.Tk};
 	int need[3];
-	int64_t total = 0;
 	for (int x = 0; x < 3; x++) {
 		const vx_tensor *s = in[x];
 		need[x] = (inner[x] > 1 && s->stride[3] != 1) || (rowsN[x] > 1 && s->stride[2] < inner[x]);
 		if (need[x] && s->dtype != VX_F32)
-			return VX_ERR_BAD_SHAPE; /* an f16 cache is read in place, never packed */
-		if (need[x])
-			total += round_up(vx_numel(s), 16);
+			return VX_ERR_BAD_SHAPE; /* an f16 cache is read in place or widened, never packed */
 	}
+	/* decode with grouped heads: the G query heads of a kv head share one GEMM, provided
+	 * their rows do not overlap (a packed q's do not, unless broadcast over the heads) */
+	j.group_mode = j.Tq == 1 && j.G > 1 && (need[0] ? Q->stride[1] != 0 : Q->stride[1] >= j.D) && O->stride[1] >= j.Dv;
+	j.simd = vx_use_avx2();
+	/* An f16 cache: the decode kernel reads it in place; any other path gets it widened once,
+	 * with the packing. */
+	j.kv16 = K->dtype == VX_F16 && V->dtype == VX_F16 && decode_kernel(&j) && vx_use_f16c();
+	int64_t total = 0;
+	for (int x = 1; x < 3; x++)
+		need[x] |= in[x]->dtype == VX_F16 && !j.kv16;
+	for (int x = 0; x < 3; x++)
+		if (need[x])
+			total += round_up(vx_numel(in[x]), 16);
 	const void *ptr[3] = {Q->data, K->data, V->data};
 	int64_t str[3][3];
 	for (int x = 0; x < 3; x++)
@@ -1507,8 +1518,10 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 				continue;
 			vx_tensor p, full = *in[x];
 			full.ndim = 4;
-			/* materialise everything (pack_operand keeps only leading stride-0 dims) */
-			pack_operand(&full, buf, &p);
+			if (full.dtype == VX_F16)
+				widen_f16_operand(&full, buf, &p);
+			else /* materialise everything (pack_operand keeps only leading stride-0 dims) */
+				pack_operand(&full, buf, &p);
 			ptr[x] = buf;
 			for (int d = 0; d < 3; d++)
 				str[x][d] = p.stride[d];
@@ -1518,8 +1531,6 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	j.q = ptr[0];
 	j.k = ptr[1];
 	j.v = ptr[2];
-	j.kf16 = K->dtype == VX_F16;
-	j.vf16 = V->dtype == VX_F16;
 	for (int d = 0; d < 3; d++) {
 		j.sq[d] = str[0][d];
 		j.sk[d] = str[1][d];
@@ -1535,12 +1546,8 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		j.sv[2] = j.Dv;
 	}
 	j.o = O->data;
-	j.simd = vx_use_avx2();
 
 	int nt = vx_ctx_threads(ctx);
-	/* decode with grouped heads: the G query heads of a kv head share one GEMM, provided
-	 * their rows do not overlap */
-	j.group_mode = j.Tq == 1 && j.G > 1 && j.sq[1] >= j.D && j.so[1] >= j.Dv;
 	int64_t tasks;
 	int64_t rows_max;
 	if (j.group_mode) {
@@ -1559,7 +1566,7 @@ int vx_k_attention(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		tasks = bh * j.n_qb;
 		rows_max = j.qb;
 	}
-	if (prepare_thread_scratch(ctx, attn_scratch_floats(&j, rows_max) * (int64_t)sizeof(float)))
+	if (prepare_thread_scratch(ctx, (rows_max * j.Tk + rows_max) * (int64_t)sizeof(float)))
 		return VX_ERR_NOMEM;
 	/* Handing a small attention's tasks to the other threads costs more than it saves: a
 	 * MeanVC2 DiT step's (2 heads, 16 x 52) takes 9.7 µs on one thread and 15.7 on two
