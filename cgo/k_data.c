@@ -277,10 +277,8 @@ int vx_k_scatter_rows(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *rows = vx_src(node, t, 0), *ix = vx_src(node, t, 1), *tab = &t[node->dst];
 	/* an f16 table (a half-precision KV cache) takes f32 rows, rounded to nearest even */
 	int half = tab->dtype == VX_F16;
-	vx_tensor tab32 = *tab;
-	tab32.dtype = half ? VX_F32 : tab->dtype; /* its shape checked as an f32 one */
-	if (node->n_src != 2 || !vx_tensor_ok(rows, -1) || !vx_tensor_ok(ix, VX_I32) ||
-	    !vx_tensor_ok(&tab32, rows ? rows->dtype : -1))
+	if (node->n_src != 2 || !vx_tensor_ok(rows, half ? VX_F32 : -1) || !vx_tensor_ok(ix, VX_I32) ||
+	    !vx_tensor_ok(tab, half ? VX_F16 : rows->dtype))
 		return VX_ERR_BAD_SHAPE;
 	if (tab->ndim < 2 || rows->ndim != tab->ndim || !vx_is_contiguous(tab) || !vx_is_contiguous(rows) ||
 	    !vx_is_contiguous(ix))

@@ -64,25 +64,21 @@ void vx_repack_f16p(const uint16_t *src, uint16_t *dst, int64_t n, int64_t k) {
 	repack((const char *)src, (char *)dst, n, k, 2);
 }
 
-/* Rows [r0, r0+nr) of W back in row-major [nr, k] form (the OpenBLAS path, and tests). */
-void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *dst) {
+/* Rows [r0, r0+nr) of W (panels of floats, or of halves where half) back in row-major
+ * [nr, k] f32 form (the OpenBLAS path, and tests). */
+static inline __attribute__((always_inline)) void unpack(const void *w, const int half, int64_t k, int64_t r0,
+                                                         int64_t nr, float *dst) {
 	for (int64_t r = 0; r < nr; r++) {
-		const float *s = w + (r0 + r) / PR * k * PR + (r0 + r) % PR;
+		int64_t off = (r0 + r) / PR * k * PR + (r0 + r) % PR;
 		float *d = dst + r * k;
 		for (int64_t q = 0; q < k; q++)
-			d[q] = s[q * PR];
+			d[q] = half ? vx_half_to_float(((const uint16_t *)w)[off + q * PR]) : ((const float *)w)[off + q * PR];
 	}
 }
 
-/* The same rows of a VX_F16_P weight, widened. */
-static void unpack_f16p(const uint16_t *w, int64_t k, int64_t r0, int64_t nr, float *dst) {
-	for (int64_t r = 0; r < nr; r++) {
-		const uint16_t *s = w + (r0 + r) / PR * k * PR + (r0 + r) % PR;
-		float *d = dst + r * k;
-		for (int64_t q = 0; q < k; q++)
-			d[q] = vx_half_to_float(s[q * PR]);
-	}
-}
+void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *dst) { unpack(w, 0, k, r0, nr, dst); }
+
+static void unpack_f16p(const void *w, int64_t k, int64_t r0, int64_t nr, float *dst) { unpack(w, 1, k, r0, nr, dst); }
 
 typedef struct {
 	const float *x, *bias;

@@ -50,7 +50,7 @@ const vx_tensor *vx_src(const vx_node *n, const vx_tensor *t, int i) {
 int vx_tensor_ok(const vx_tensor *x, int dtype) {
 	if (!x || x->ndim < 0 || x->ndim > VX_MAX_DIMS || (dtype >= 0 && x->dtype != dtype))
 		return 0;
-	if (x->dtype != VX_F32 && x->dtype != VX_I32)
+	if (x->dtype != VX_F32 && x->dtype != VX_I32 && !(dtype == VX_F16 && x->dtype == VX_F16))
 		return 0;
 	int64_t n = 1;
 	for (int i = 0; i < x->ndim; i++) {

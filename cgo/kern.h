@@ -36,7 +36,8 @@ float vx_half_to_float(uint16_t h);
 /* vx_src is source i of a node, or NULL when absent. */
 const vx_tensor *vx_src(const vx_node *n, const vx_tensor *t, int i);
 /* vx_tensor_ok: rank in range, sizes sane, data present when there are elements, and the
- * dtype is dtype (-1: either f32 or i32). */
+ * dtype is dtype (-1: either f32 or i32; an f16 tensor, a half-precision cache, only when
+ * asked for by VX_F16). */
 int vx_tensor_ok(const vx_tensor *x, int dtype);
 /* vx_pad5 is the shape padded on the left with ones to 5 dims, strides 0 on the padding. */
 void vx_pad5(const vx_tensor *x, int64_t sh[5], int64_t st[5]);
