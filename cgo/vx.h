@@ -271,6 +271,8 @@ void vx_test_parallel_for(vx_ctx *ctx, int64_t n, int32_t *counts, int32_t reps)
 void vx_test_parallel_threads(vx_ctx *ctx, int64_t n, int32_t *by_thread);
 /* iters back-to-back vx_parallel_for calls over n empty tasks (dispatch overhead). */
 void vx_bench_parallel_for(vx_ctx *ctx, int64_t n, int64_t iters);
+/* The sum of p[0..n), one contiguous part per thread of ctx (membw.c: read bandwidth). */
+double vx_bench_read(vx_ctx *ctx, const float *p, int64_t n);
 extern int vx_attn_decode_kernel; /* 1 (default): decode attention's own kernel; 0: the GEMM path */
 /* iters calls of cblas_sgemm (row-major, C = A[M,K] x B, B given as [N,K] when trans_b) with
  * OpenBLAS's own threading set to `threads`; call i reads copy (first + i) % copies of B

@@ -147,14 +147,11 @@ func modelGemmShapes() ([]gemmShape, error) {
 	}
 
 	// MeanVC2, 120 ms + 40 ms model. The DiT sees Window() = chunk + lookahead frames per
-	// call, ODESteps calls per DiT step, one step per 120 ms of audio.
+	// call, ODESteps calls per DiT step, one step per 120 ms of audio. Its time MLP and AdaLN
+	// modulations depend on (t, r) alone and run once per model, not per call (timeConds).
 	vc := meanvc2.DefaultConfig()
 	W, inner, depth := vc.Window(), vc.Heads*vc.DimHead, vc.Depth
 	add("meanvc2", "dit", fmt.Sprintf("DiT call (%d frames; %d per DiT step, one step per %d ms)", W, vc.Runtime.ODESteps, 10*vc.ChunkSize),
-		gemmShape{Kind: "time_mlp.0 (t and r)", M: 1, K: vc.TimeFreqDim, N: vc.Dim, Count: 2},
-		gemmShape{Kind: "time_mlp.2 (t and r)", M: 1, K: vc.Dim, N: vc.Dim, Count: 2},
-		gemmShape{Kind: "adaln modulation", M: 1, K: vc.Dim, N: 6 * vc.Dim, Count: depth},
-		gemmShape{Kind: "norm_out modulation", M: 1, K: vc.Dim, N: 2 * vc.Dim, Count: 1},
 		gemmShape{Kind: "tvt q", M: W, K: vc.BNDim, N: vc.TVTAttnDim, Count: 1},
 		gemmShape{Kind: "tvt k, v (GTM slots)", M: vc.GTMSlots, K: vc.GTMHidden, N: vc.TVTAttnDim, Count: 2},
 		gemmShape{Kind: "tvt out", M: W, K: vc.TVTAttnDim, N: vc.BNDim, Count: 1},
@@ -303,6 +300,26 @@ type gemmPart struct {
 	// PeakFraction is OursGFLOPS over the machine's peak (GemmPeak.GFLOPS) when measured.
 	PeakFraction float64 `json:"peak_fraction,omitempty"`
 	Ratio        float64 `json:"ratio"`
+	// WeightMB is what the part's products read of their weights, in our encoding.
+	WeightMB float64 `json:"weight_mb"`
+	// The part's floors: its GFLOP at the peak, its weights at the memory bandwidth (when
+	// they come from memory: not with --weights-in-cache); Bound names the higher.
+	ComputeFloorMs float64 `json:"compute_floor_ms,omitempty"`
+	MemoryFloorMs  float64 `json:"memory_floor_ms,omitempty"`
+	Bound          string  `json:"bound,omitempty"` // "compute" or "memory"
+	// int8 parts (Q8_0 weights) run integer dot products, whose peak is not the F32
+	// product's: they get no compute floor.
+	int8 bool
+}
+
+// memBandwidth is the machine's memory read rate (cgo.ReadBandwidth), on the bench's threads
+// and on one.
+type memBandwidth struct {
+	Bench       string  `json:"bench"`
+	MB          int     `json:"mb"`
+	Threads     int     `json:"threads"`
+	GBps        float64 `json:"gbps"`
+	GBps1Thread float64 `json:"gbps_1_thread"`
 }
 
 // gemmPeak is a large square product, the machine's practical peak.
@@ -318,7 +335,7 @@ type gemmPeak struct {
 }
 
 func runBenchGemm(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench gemm", "bench gemm [--threads N] [--model meanvc2|miotts|miocodec] [--dtype f32|f16|q8_0] [--per-call 16] [--rounds 5] [--peak 2048] [--weights-in-cache] [--backend cpu|vulkan[:N]] [--json]", stderr)
+	fs := newFlags("bench gemm", "bench gemm [--threads N] [--model meanvc2|miotts|miocodec] [--dtype f32|f16|q8_0] [--per-call 16] [--rounds 5] [--peak 2048] [--bandwidth-mb 512] [--weights-in-cache] [--backend cpu|vulkan[:N]] [--json]", stderr)
 	threads := fs.Int("threads", 2, "threads for both our engine and OpenBLAS")
 	backend := fs.String("backend", "cpu", "where our products run (OpenBLAS is always the CPU): "+engine.BackendUsage)
 	only := fs.String("model", "", "only this model's shapes (meanvc2, miotts or miocodec; default all)")
@@ -326,6 +343,7 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 	perCall := fs.Int("per-call", 16, "products per engine program run and per OpenBLAS cgo call, as a model's program runs many in one call (products of 0.2 GFLOP or more run fewer, down to one)")
 	rounds := fs.Int("rounds", 5, "alternating timed rounds per shape (the median is reported)")
 	peak := fs.Int("peak", 2048, "size of the square product measured as the machine's peak, the best of the rounds (0: skip)")
+	bwMB := fs.Int("bandwidth-mb", 512, "megabytes streamed to measure the memory read bandwidth, the best of the rounds (0: skip)")
 	inCache := fs.Bool("weights-in-cache", false, "every product of a shape reads the same weight (which then stays in cache) instead of as many distinct weights as the model has of that shape, read in turn as its layers are")
 	asJSON := fs.Bool("json", false, "print one JSON object per shape, per model part and for the peak")
 	// Plain parsing: --model names a model's shapes here, not a file (or a pulled model) to load.
@@ -343,6 +361,8 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--rounds must be in [1, 99]")
 	case *peak < 0 || *peak > 8192:
 		return errors.New("--peak must be in [0, 8192]")
+	case *bwMB < 0 || *bwMB > 4096:
+		return errors.New("--bandwidth-mb must be in [0, 4096]")
 	}
 	var wdt engine.DType
 	switch *dtype {
@@ -395,6 +415,32 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	var bw *memBandwidth
+	if *bwMB > 0 {
+		fmt.Fprintf(stderr, "memory read bandwidth, %d MB…\n", *bwMB)
+		bw = &memBandwidth{Bench: "memory_bandwidth", MB: *bwMB, Threads: *threads}
+		for _, n := range []int{*threads, 1} {
+			rate, _, err := cgo.ReadBandwidth(n, *bwMB, *rounds)
+			if err != nil {
+				return err
+			}
+			if n == *threads {
+				bw.GBps = rate / 1e9
+			}
+			if n == 1 {
+				bw.GBps1Thread = rate / 1e9
+			}
+		}
+		if *asJSON {
+			if err := emit(bw); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(stdout, "memory read bandwidth, %d MB streamed, best of the rounds: %.1f GB/s on %d thread(s), %.1f GB/s on 1 (%.2f×)\n",
+				*bwMB, bw.GBps, *threads, bw.GBps1Thread, bw.GBps/bw.GBps1Thread)
+		}
+	}
+
 	var parts []*gemmPart
 	byPart := map[string]*gemmPart{}
 	lastPart := ""
@@ -427,6 +473,8 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		p.GFLOP += float64(s.Count) * s.flops() / 1e9
 		p.OursMs += float64(s.Count) * r.OursUs / 1e3
 		p.OpenBLASMs += float64(s.Count) * r.OpenBLASUs / 1e3
+		p.WeightMB += float64(s.Count) * float64(cgo.WeightBytes(dt, int64(s.N), int64(s.K))) / 1e6
+		p.int8 = p.int8 || dt == engine.Q8_0 || dt == engine.Q8_0R8
 		if *asJSON {
 			if err := emit(r); err != nil {
 				return err
@@ -454,6 +502,18 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		p.Ratio = p.OpenBLASMs / p.OursMs
 		if pk != nil {
 			p.PeakFraction = p.OursGFLOPS / pk.GFLOPS
+			if !p.int8 {
+				p.ComputeFloorMs = p.GFLOP / pk.GFLOPS * 1e3
+			}
+		}
+		if bw != nil && !*inCache {
+			p.MemoryFloorMs = p.WeightMB / bw.GBps
+		}
+		if p.ComputeFloorMs > 0 && p.MemoryFloorMs > 0 {
+			p.Bound = "compute"
+			if p.MemoryFloorMs > p.ComputeFloorMs {
+				p.Bound = "memory"
+			}
 		}
 		if *asJSON {
 			if err := emit(p); err != nil {
@@ -467,6 +527,21 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "  %-8s %-20s %6.3f GFLOP in %3d products: ours %8.2f ms (%.1f GFLOP/s%s) vs OpenBLAS %8.2f ms (%.2f×) per %s\n",
 			p.Model, p.Part, p.GFLOP, p.Products, p.OursMs, p.OursGFLOPS, frac, p.OpenBLASMs, p.Ratio, p.Unit)
+		switch {
+		case p.Bound != "":
+			fmt.Fprintf(stdout, "    %s-bound: %.3f GFLOP at the peak take %.2f ms, %.1f MB of weights at %.1f GB/s %.2f ms; ours is %.1f× the higher floor\n",
+				p.Bound, p.GFLOP, p.ComputeFloorMs, p.WeightMB, bw.GBps, p.MemoryFloorMs, p.OursMs/max(p.ComputeFloorMs, p.MemoryFloorMs))
+		case p.MemoryFloorMs > 0:
+			why := ""
+			if p.int8 && pk != nil {
+				why = " (no compute floor: int8 products are not held to the F32 peak)"
+			}
+			fmt.Fprintf(stdout, "    memory floor: %.1f MB of weights at %.1f GB/s take %.2f ms; ours is %.1f× it%s\n",
+				p.WeightMB, bw.GBps, p.MemoryFloorMs, p.OursMs/p.MemoryFloorMs, why)
+		case p.ComputeFloorMs > 0:
+			fmt.Fprintf(stdout, "    compute floor: %.3f GFLOP at the peak take %.2f ms; ours is %.1f× it\n",
+				p.GFLOP, p.ComputeFloorMs, p.OursMs/p.ComputeFloorMs)
+		}
 	}
 	return nil
 }

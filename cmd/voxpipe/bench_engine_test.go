@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/voxpipe/voxpipe/cgo"
 )
 
 // `bench planner` plans WavLM-Large's real graph (built by models/wavlm over shape-only
@@ -79,12 +81,12 @@ func TestBenchGemmShapes(t *testing.T) {
 // bench gemm prints ours against OpenBLAS per model shape; the figures of each row and the
 // sums per part agree with the times the rows report.
 func TestBenchGemm(t *testing.T) {
-	stdout, stderr, code := runCmd(t, "bench", "gemm", "--model", "miotts", "--threads", "1", "--rounds", "1", "--per-call", "2", "--peak", "128", "--json")
+	stdout, stderr, code := runCmd(t, "bench", "gemm", "--model", "miotts", "--threads", "1", "--rounds", "1", "--per-call", "2", "--peak", "128", "--bandwidth-mb", "4", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Abs(b) }
-	var peak float64
+	var peak, gbps float64
 	parts := map[string]*gemmPart{}
 	sums := map[string]*gemmPart{}
 	rows := 0
@@ -101,6 +103,13 @@ func TestBenchGemm(t *testing.T) {
 				t.Errorf("peak %+v", p)
 			}
 			peak = p.GFLOPS
+		case "memory_bandwidth":
+			var b memBandwidth
+			_ = json.Unmarshal([]byte(line), &b)
+			if b.MB != 4 || b.Threads != 1 || b.GBps <= 0 || b.GBps1Thread <= 0 {
+				t.Errorf("bandwidth %+v", b)
+			}
+			gbps = b.GBps
 		case "gemm":
 			var r gemmRow
 			_ = json.Unmarshal([]byte(line), &r)
@@ -125,6 +134,7 @@ func TestBenchGemm(t *testing.T) {
 			s.GFLOP += float64(r.Count) * fl / 1e9
 			s.OursMs += float64(r.Count) * r.OursUs / 1e3
 			s.OpenBLASMs += float64(r.Count) * r.OpenBLASUs / 1e3
+			s.WeightMB += float64(r.Count) * float64(cgo.WeightBytes(cgo.F32P, int64(r.N), int64(r.K))) / 1e6
 		case "gemm_part":
 			var p gemmPart
 			_ = json.Unmarshal([]byte(line), &p)
@@ -133,7 +143,7 @@ func TestBenchGemm(t *testing.T) {
 			t.Errorf("unknown line %q", line)
 		}
 	}
-	if rows != 12 || len(parts) != 2 || peak == 0 {
+	if rows != 12 || len(parts) != 2 || peak == 0 || gbps == 0 {
 		t.Fatalf("%d rows, %d parts, peak %v:\n%s", rows, len(parts), peak, stdout)
 	}
 	for name, p := range parts {
@@ -142,13 +152,21 @@ func TestBenchGemm(t *testing.T) {
 			!near(p.OursGFLOPS, p.GFLOP/(p.OursMs/1e3)) || !near(p.PeakFraction, p.OursGFLOPS/peak) {
 			t.Errorf("part %s: %+v, rows sum to %+v", name, p, s)
 		}
+		// The floors: the part's GFLOP at the peak, its weights (F32P panels) at the bandwidth.
+		bound := "compute"
+		if p.MemoryFloorMs > p.ComputeFloorMs {
+			bound = "memory"
+		}
+		if s != nil && (!near(p.WeightMB, s.WeightMB) || !near(p.ComputeFloorMs, p.GFLOP/peak*1e3) || !near(p.MemoryFloorMs, p.WeightMB/gbps) || p.Bound != bound) {
+			t.Errorf("part %s floors: %+v (weights %.3f MB)", name, p, s.WeightMB)
+		}
 	}
 
-	stdout, stderr, code = runCmd(t, "bench", "gemm", "--model", "miotts", "--threads", "1", "--rounds", "1", "--per-call", "1", "--peak", "0", "--dtype", "q8_0")
+	stdout, stderr, code = runCmd(t, "bench", "gemm", "--model", "miotts", "--threads", "1", "--rounds", "1", "--per-call", "1", "--peak", "0", "--bandwidth-mb", "4", "--dtype", "q8_0")
 	if code != 0 {
 		t.Fatalf("q8_0: exit %d: %s", code, stderr)
 	}
-	for _, s := range []string{"miotts decode, per token:", "gate_proj, up_proj", "Q8_0", "OpenBLAS", "GFLOP/s", "per prompt of 58 tokens"} {
+	for _, s := range []string{"miotts decode, per token:", "gate_proj, up_proj", "Q8_0", "OpenBLAS", "GFLOP/s", "per prompt of 58 tokens", "memory read bandwidth", "GB/s"} {
 		if !strings.Contains(stdout, s) {
 			t.Errorf("text output lacks %q:\n%s", s, stdout)
 		}
