@@ -64,13 +64,14 @@ type Stream struct {
 	spt    int // samples per token
 	half   int // crossfade half-width in samples
 
-	tokens []int32
-	window int       // index of the next window to decode
-	tail   []float32 // the previous window's samples [seam − half, seam + half)
-	out    []float32 // returned samples (reused)
-	wave   []float32 // one window's waveform (reused)
-	ramp   []float32 // crossfade weights of the new window
-	io     runIO
+	tokens  []int32
+	window  int       // index of the next window to decode
+	decoded int       // tokens decoded by all windows so far (DecodedTokens)
+	tail    []float32 // the previous window's samples [seam − half, seam + half)
+	out     []float32 // returned samples (reused)
+	wave    []float32 // one window's waveform (reused)
+	ramp    []float32 // crossfade weights of the new window
+	io      runIO
 }
 
 // NewStream starts a stream for one speaker (global embedding).
@@ -142,6 +143,19 @@ func (o StreamOptions) Window(w int) (start, need int) {
 	start, end := o.core(w)
 	return start, end + o.right(w)
 }
+
+// Span is the tokens [first, need) window w decodes when the stream holds all it needs: its
+// left context, core and right context. A window's decode time grows with need − first.
+func (o StreamOptions) Span(w int) (first, need int) {
+	o = o.withDefaults()
+	start, end := o.core(w)
+	return max(0, start-o.LeftContext), end + o.right(w)
+}
+
+// DecodedTokens is how many tokens the stream's windows have decoded since it was made,
+// contexts included (a token in two windows counts twice): with the time its Push and Flush
+// calls took, the codec's cost per decoded token.
+func (s *Stream) DecodedTokens() int { return s.decoded }
 
 // Options are the stream's settings with the defaults filled in.
 func (s *Stream) Options() StreamOptions { return s.o }
@@ -263,6 +277,7 @@ func (s *Stream) decodeWindow(flushing bool) error {
 	w := window{tokens: s.tokens[start:end], global: s.global, io: &s.io, wave: s.wave[:0]}
 	err := s.d.decodeQueued(pl, &w)
 	s.wave = w.wave
+	s.decoded += end - start
 	if err != nil {
 		return fmt.Errorf("miocodec: stream window %d (tokens %d..%d): %w", s.window, start, end, err)
 	}

@@ -237,3 +237,35 @@ func TestStreamRamp(t *testing.T) {
 		t.Error("zero ramp core accepted")
 	}
 }
+
+// TestStreamDecodedTokens: Span gives each window's decoded tokens (left context, core, right
+// context), and DecodedTokens counts what the windows decoded, contexts included.
+func TestStreamDecodedTokens(t *testing.T) {
+	r, d := loadTestDecoder(t)
+	long, global := longCase(t, r)
+	o := StreamOptions{Ramp: []int{4, 8, 16}} // default context 16 on each side
+	spans := [][2]int{{0, 8}, {0, 20}, {0, 44}, {12, 68}, {36, 92}}
+	for w, want := range spans {
+		if first, need := o.Span(w); first != want[0] || need != want[1] {
+			t.Errorf("window %d spans [%d, %d), want %v", w, first, need, want)
+		}
+	}
+	s, err := d.NewStream(global, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Push(long[:60]); err != nil {
+		t.Fatal(err)
+	}
+	// Windows 0-2 are whole by token 60 (8 + 20 + 44 tokens); the flush decodes window 3 up
+	// to the last token, [12, 60), and window 4's core, [36, 60).
+	if got := s.DecodedTokens(); got != 72 {
+		t.Errorf("after 60 tokens: %d decoded, want 72", got)
+	}
+	if _, err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.DecodedTokens(); got != 72+48+24 {
+		t.Errorf("after the flush: %d decoded, want %d", got, 72+48+24)
+	}
+}

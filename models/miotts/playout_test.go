@@ -14,7 +14,7 @@ import (
 func TestPlayoutSlack(t *testing.T) {
 	ms := time.Millisecond
 	now := time.Now()
-	p := newPlayout(miocodec.StreamOptions{Core: 24})
+	p := newPlayout(miocodec.StreamOptions{Core: 24}, nil)
 	// No ramp, nothing generated: the first audio when 40 tokens are in; the second window
 	// needs 64, and its audio is due 24 token periods (960 ms) after the first.
 	if got, want := p.slack(now, 30*ms), 960*ms-24*30*ms; got != want {
@@ -33,7 +33,7 @@ func TestPlayoutSlack(t *testing.T) {
 
 	// The default ramp: its second window (core 6 from token 4, right context 6) needs 16
 	// tokens and plays 4 token periods after the first audio, which comes at token 8.
-	r := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp})
+	r := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp}, nil)
 	if got, want := r.slack(now, 10*ms), 4*40*ms-8*10*ms; got > want {
 		t.Errorf("ramp slack %v, want at most %v", got, want)
 	}
@@ -42,29 +42,73 @@ func TestPlayoutSlack(t *testing.T) {
 	}
 }
 
+// TestPlayoutCodecCost: a window's audio comes out after its decode, so the codec's measured
+// cost per decoded token moves each window's readiness (and the first audio, which sets the
+// schedule) later by its tokens' worth; a slow codec makes a new piece start later in its ramp.
+func TestPlayoutCodecCost(t *testing.T) {
+	ms := time.Millisecond
+	now := time.Now()
+	var c codecCost
+	c.add(20*ms, 10) // 2 ms a token
+	c.add(0, 0)      // no window: not counted
+	if got := c.perToken(); got != 2*ms {
+		t.Fatalf("cost %v a token, want 2ms", got)
+	}
+	c.add(6*ms, 1) // the mean moves a quarter of the way: (3·2 + 6) / 4
+	if got := c.perToken(); got != 3*ms {
+		t.Fatalf("cost %v a token, want 3ms", got)
+	}
+	c.ns.Store(int64(2 * ms))
+	// No ramp, nothing generated, 30 ms a token: the first window decodes tokens [0, 40) and
+	// its audio comes 40·30 + 40·2 ms from now; the second decodes [8, 64), ready 64·30 +
+	// 56·2 ms from now, due 24 token periods after the first audio.
+	p := newPlayout(miocodec.StreamOptions{Core: 24}, &c)
+	want := (40*30+40*2)*ms + 24*tokenPeriod - (64*30+56*2)*ms
+	if got := p.slack(now, 30*ms); got != want {
+		t.Errorf("slack with the codec's cost %v, want %v", got, want)
+	}
+	if free := newPlayout(miocodec.StreamOptions{Core: 24}, nil).slack(now, 30*ms); free-want != 16*2*ms {
+		t.Errorf("the cost took %v off the slack, want the 16 more tokens of the second window's decode (32ms)", free-want)
+	}
+	// At 22 ms a token a free codec keeps the 10, 16 tail of the ramp; 2 ms a decoded token
+	// (the real codec on 2 cores measures 2.5-3.7) costs it the 10-token window.
+	o := miocodec.StreamOptions{}
+	if got := rampFor(DefaultRamp, o, 22*ms, nil); !slices.Equal(got, []int{10, 16}) {
+		t.Fatalf("free codec at 22 ms a token: ramp %v, want [10 16]", got)
+	}
+	got := rampFor(DefaultRamp, o, 22*ms, &c)
+	if !slices.Equal(got, []int{16}) {
+		t.Errorf("2 ms a decoded token at 22 ms a token: ramp %v, want [16]", got)
+	}
+	o.Ramp = got
+	if !newPlayout(o, &c).onTime(now, 22*ms) {
+		t.Error("the chosen ramp is late")
+	}
+}
+
 // TestRampFor: a lone fast stream keeps the whole ramp; slower ones start later in it, and
 // at near real time the first audio waits for a whole window.
 func TestRampFor(t *testing.T) {
 	ms := time.Millisecond
 	o := miocodec.StreamOptions{}
-	if got := rampFor(DefaultRamp, o, 0); !slices.Equal(got, DefaultRamp) {
+	if got := rampFor(DefaultRamp, o, 0, nil); !slices.Equal(got, DefaultRamp) {
 		t.Errorf("nothing measured: %v", got)
 	}
-	if got := rampFor(DefaultRamp, o, 10*ms); !slices.Equal(got, DefaultRamp) {
+	if got := rampFor(DefaultRamp, o, 10*ms, nil); !slices.Equal(got, DefaultRamp) {
 		t.Errorf("10 ms a token: %v, want the whole ramp", got)
 	}
-	if got := rampFor(DefaultRamp, o, 35*ms); len(got) != 0 {
+	if got := rampFor(DefaultRamp, o, 35*ms, nil); len(got) != 0 {
 		t.Errorf("35 ms a token: %v, want no ramp", got)
 	}
 	prev := len(DefaultRamp)
 	for gap := 10 * ms; gap <= 36*ms; gap += 2 * ms {
-		got := rampFor(DefaultRamp, o, gap)
+		got := rampFor(DefaultRamp, o, gap, nil)
 		if len(got) > prev {
 			t.Errorf("%v a token: ramp %v is longer than at a shorter gap", gap, got)
 		}
 		prev = len(got)
 		o.Ramp = got
-		if !newPlayout(o).onTime(time.Now(), gap) && len(got) > 0 {
+		if !newPlayout(o, nil).onTime(time.Now(), gap) && len(got) > 0 {
 			t.Errorf("%v a token: the chosen ramp %v is late", gap, got)
 		}
 	}
@@ -83,7 +127,7 @@ func TestFitsProtectsPlayout(t *testing.T) {
 	}
 	// A piece just past its first audio in the default ramp: at 30 ms a token its next
 	// windows come late.
-	p := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp})
+	p := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp}, nil)
 	p.generated.Store(8)
 	p.first.Store(now.UnixNano())
 	done := lm.steps.play(p)
@@ -117,7 +161,8 @@ func TestSynthesizeRampFollowsMeasuredGap(t *testing.T) {
 	st.mu.Lock()
 	st.tokenGap[1], st.gapAt[1] = 30*time.Millisecond, time.Now()
 	st.mu.Unlock()
-	want := rampFor(DefaultRamp, miocodec.StreamOptions{}, 30*time.Millisecond)
+	tts.codec.ns.Store(0) // the tiny codec's cost, measured by earlier syntheses, is left out
+	want := rampFor(DefaultRamp, miocodec.StreamOptions{}, 30*time.Millisecond, nil)
 	if !slices.Equal(want, []int{16}) {
 		t.Fatalf("ramp at 30 ms a token %v, want [16]", want)
 	}

@@ -43,6 +43,9 @@ type TTS struct {
 	Ramp    []int
 	codecID string
 	pieces  atomic.Int32 // pieces speaking now (their codec streams decode together)
+	// codec is the codec's wall time per decoded token, measured on every window: the
+	// playout schedules (ramp choice, admission) count a window's decode before its audio.
+	codec codecCost
 }
 
 // DefaultRamp starts audio after 8 tokens (4 + 4 of right context: ~0.1 s of decoding on the
@@ -272,13 +275,13 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	n := t.pieces.Add(1)
 	defer t.pieces.Add(-1)
 	so := t.Stream
-	so.Ramp = rampFor(t.Ramp, so, t.LM.PredictGap(int(n)))
+	so.Ramp = rampFor(t.Ramp, so, t.LM.PredictGap(int(n)), &t.codec)
 	cs, err := t.Codec.NewStream(emb, so)
 	if err != nil {
 		return err
 	}
 	st.RampSkipped += len(t.Ramp) - len(so.Ramp)
-	play := newPlayout(cs.Options())
+	play := newPlayout(cs.Options(), &t.codec)
 	defer t.LM.steps.play(play)()
 	// The codec batches the windows of the pieces speaking at once: compile the batch size
 	// this many reach before their windows need it (once per size).
@@ -297,9 +300,11 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 			}
 			one[0] = c
 			err := recovered("codec", func() error {
-				t0 := time.Now()
+				t0, d0 := time.Now(), cs.DecodedTokens()
 				audio, err := cs.Push(one[:])
-				st.Codec += time.Since(t0)
+				took := time.Since(t0)
+				st.Codec += took
+				t.codec.add(took, cs.DecodedTokens()-d0)
 				if len(audio) > 0 {
 					play.first.CompareAndSwap(0, time.Now().UnixNano())
 				}
@@ -338,9 +343,11 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	if err != nil {
 		return err
 	}
-	t0 := time.Now()
+	t0, d0 := time.Now(), cs.DecodedTokens()
 	audio, err := cs.Flush()
-	st.Codec += time.Since(t0)
+	took := time.Since(t0)
+	st.Codec += took
+	t.codec.add(took, cs.DecodedTokens()-d0)
 	st.CodecSamples += len(audio)
 	if err != nil {
 		return err
