@@ -35,7 +35,8 @@ func newPlayout(o miocodec.StreamOptions, codec *codecCost) *playout {
 }
 
 // codecCost is a running mean of the codec's wall time per decoded token (a window's decode,
-// batched with other pieces' windows, over the tokens it decodes), in nanoseconds.
+// batched with other pieces' windows, over the tokens it decodes), in nanoseconds. Pieces
+// add to it concurrently; two adds at once may lose one sample, which an estimate can spare.
 type codecCost struct{ ns atomic.Int64 }
 
 // add counts one window run: d for tokens decoded tokens.
