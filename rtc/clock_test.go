@@ -2,9 +2,15 @@ package rtc_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/pion/webrtc/v4"
 
 	"github.com/voxpipe/voxpipe/rtc"
 	"github.com/voxpipe/voxpipe/rtc/rtcclient"
@@ -97,31 +103,7 @@ func TestModelVoiceRefusedWhileWorkersSaturated(t *testing.T) {
 		return stream.NewDelay(16000, 160, 0), nil
 	}
 	_, url := startServerWith(t, rtc.Config{Scheduler: sched, NewProcessor: model})
-	// Another session's voice keeps the one worker busy: 10 ms chunks that take 30 ms.
-	busy, err := sched.NewLive(stream.Config{IORate: 16000}, "busy", stalled(30*time.Millisecond), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(25 * time.Millisecond):
-				busy.Push(make([]float32, 160), time.Now())
-			}
-		}
-	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for sched.HasCapacity() && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if sched.HasCapacity() {
-		t.Fatalf("the scheduler never saturated: %+v", sched.Stats())
-	}
+	saturate(t, sched)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: url})
@@ -142,6 +124,102 @@ func TestModelVoiceRefusedWhileWorkersSaturated(t *testing.T) {
 		}
 	}
 	t.Fatal("no answer to the model voice while the workers were saturated")
+}
+
+// saturate keeps the scheduler's one worker busy with another session's voice (10 ms chunks
+// that take 30 ms) until the test ends, and returns once the scheduler says it is saturated.
+func saturate(t *testing.T, sched *stream.Scheduler) {
+	t.Helper()
+	busy, err := sched.NewLive(stream.Config{IORate: 16000}, "busy", stalled(30*time.Millisecond), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+		busy.Close()
+	})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+				busy.Push(make([]float32, 160), time.Now())
+			}
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for sched.HasCapacity() && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if sched.HasCapacity() {
+		t.Fatalf("the scheduler never saturated: %+v", sched.Stats())
+	}
+}
+
+// TestDefaultVoiceBusyAtStart: when the server's default voice is a model voice with no room
+// on the workers, a new session is refused busy (the client may retry), not as an internal
+// error: on the signaling socket with the busy code, over WHIP with 503 and Retry-After.
+func TestDefaultVoiceBusyAtStart(t *testing.T) {
+	sched := stream.NewScheduler(1)
+	defer sched.Close()
+	model := func(_, name, _ string) (stream.Processor, error) {
+		if name != "model" {
+			return nil, nil
+		}
+		return stream.NewDelay(16000, 160, 0), nil
+	}
+	cfg := rtc.Config{Scheduler: sched, NewProcessor: model, DefaultVoice: "model", Loopback: true}
+	srv, err := rtc.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(routes(srv))
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	saturate(t, sched)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(hs.URL)})
+	if err == nil {
+		c.Close()
+		t.Fatal("a session started with its default voice's workers saturated")
+	}
+	if !strings.Contains(err.Error(), rtc.CodeBusy+": ") {
+		t.Errorf("signaling: %v, want the busy code", err)
+	}
+
+	pc, err := pionAPI(t).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeAudio); err != nil {
+		t.Fatal(err)
+	}
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.SetLocalDescription(offer); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(hs.URL+"/v1/whip", "application/sdp", strings.NewReader(pc.LocalDescription().SDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.HasPrefix(string(body), rtc.CodeBusy+": ") {
+		t.Errorf("WHIP: %d, Retry-After %q, %q; want 503 busy with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
 }
 
 // stalled is a 10 ms-chunk passthrough whose every chunk takes d.

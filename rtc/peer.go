@@ -86,25 +86,32 @@ func (p *peer) ttsAudio(out []float32) bool {
 	return true
 }
 
-// start makes the session with the server's default voice.
-func (p *peer) start() error {
-	proc, _, err := p.newVoice(p.srv.cfg.DefaultVoice, "", false)
+// start makes the session with the server's default voice. On failure it returns the error
+// code for the client too: busy when the default voice has no room (the client may retry).
+func (p *peer) start() (code string, err error) {
+	proc, code, err := p.newVoice(p.srv.cfg.DefaultVoice, "", false)
 	if err == nil {
 		p.sess, err = p.srv.sched.NewLive(stream.Config{IORate: opusRate, MaxQueue: p.srv.cfg.MaxQueue}, p.srv.cfg.DefaultVoice, proc, p.log)
 	}
 	if err != nil {
-		return fmt.Errorf("default voice: %w", err)
+		if code == "" {
+			code = CodeInternal
+		}
+		if errors.Is(err, stream.ErrBusy) {
+			code = CodeBusy
+		}
+		return code, fmt.Errorf("default voice: %w", err)
 	}
 	p.voiceName, p.voice = p.srv.cfg.DefaultVoice, proc
-	return nil
+	return "", nil
 }
 
 // run serves the socket until it closes or ctx ends, then tears everything down.
 func (p *peer) run(ctx context.Context) {
 	ctx, p.cancel = context.WithCancel(ctx)
 	defer p.shutdown()
-	if err := p.start(); err != nil {
-		p.sendError(CodeInternal, err.Error(), true)
+	if code, err := p.start(); err != nil {
+		p.sendError(code, err.Error(), true)
 		return
 	}
 

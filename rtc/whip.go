@@ -143,7 +143,12 @@ func (s *Server) WHIP(w http.ResponseWriter, r *http.Request) {
 		release()
 		http.Error(w, msg, status)
 	}
-	if err := p.start(); err != nil {
+	if code, err := p.start(); err != nil {
+		if code == CodeBusy { // no room for the default voice now: the client may retry
+			w.Header().Set("Retry-After", "1")
+			fail(http.StatusServiceUnavailable, code+": "+err.Error())
+			return
+		}
 		fail(http.StatusInternalServerError, stream.Opaque(log, "session", err))
 		return
 	}

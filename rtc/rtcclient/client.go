@@ -169,7 +169,7 @@ func (c *Client) negotiate(ctx context.Context) error {
 
 	if c.opts.Voice != "" || len(c.opts.Params) > 0 {
 		if err := c.Send(rtc.Message{Type: "session", Mode: "vc", Voice: c.opts.Voice, Params: c.opts.Params}); err != nil {
-			return err
+			return c.sendErr(err)
 		}
 	}
 	offer, err := c.pc.CreateOffer(nil)
@@ -190,7 +190,7 @@ func (c *Client) negotiate(ctx context.Context) error {
 		sdp = c.pc.LocalDescription().SDP
 	}
 	if err := c.Send(rtc.Message{Type: "offer", SDP: sdp}); err != nil {
-		return err
+		return c.sendErr(err)
 	}
 	select {
 	case ans := <-c.answer:
@@ -217,6 +217,17 @@ func (c *Client) negotiate(ctx context.Context) error {
 		return fmt.Errorf("rtcclient: server closed before the peer connected: %v", c.lastError())
 	case <-ctx.Done():
 		return fmt.Errorf("rtcclient: peer connection: %w", ctx.Err())
+	}
+}
+
+// sendErr is a failed write's error, or the server's own error when the server ended the
+// session (it sends its reason, then closes: a write after that fails without saying why).
+func (c *Client) sendErr(err error) error {
+	select {
+	case <-c.done:
+		return fmt.Errorf("rtcclient: server closed the session: %v", c.lastError())
+	case <-time.After(time.Second):
+		return err
 	}
 }
 
