@@ -96,13 +96,7 @@ func TestClockPacesWhileAModelStalls(t *testing.T) {
 func TestModelVoiceRefusedWhileWorkersSaturated(t *testing.T) {
 	sched := stream.NewScheduler(1)
 	defer sched.Close()
-	model := func(_, name, _ string) (stream.Processor, error) {
-		if name != "model" {
-			return nil, nil
-		}
-		return stream.NewDelay(16000, 160, 0), nil
-	}
-	_, url := startServerWith(t, rtc.Config{Scheduler: sched, NewProcessor: model})
+	_, url := startServerWith(t, rtc.Config{Scheduler: sched, NewProcessor: modelVoice})
 	saturate(t, sched)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -124,6 +118,15 @@ func TestModelVoiceRefusedWhileWorkersSaturated(t *testing.T) {
 		}
 	}
 	t.Fatal("no answer to the model voice while the workers were saturated")
+}
+
+// modelVoice makes the voice "model", a passthrough that runs on the scheduler's workers (a
+// processor from NewProcessor), and leaves the other voices to the registry.
+func modelVoice(_, name, _ string) (stream.Processor, error) {
+	if name != "model" {
+		return nil, nil
+	}
+	return stream.NewDelay(16000, 160, 0), nil
 }
 
 // saturate keeps the scheduler's one worker busy with another session's voice (10 ms chunks
@@ -167,13 +170,7 @@ func saturate(t *testing.T, sched *stream.Scheduler) {
 func TestDefaultVoiceBusyAtStart(t *testing.T) {
 	sched := stream.NewScheduler(1)
 	defer sched.Close()
-	model := func(_, name, _ string) (stream.Processor, error) {
-		if name != "model" {
-			return nil, nil
-		}
-		return stream.NewDelay(16000, 160, 0), nil
-	}
-	cfg := rtc.Config{Scheduler: sched, NewProcessor: model, DefaultVoice: "model", Loopback: true}
+	cfg := rtc.Config{Scheduler: sched, NewProcessor: modelVoice, DefaultVoice: "model", Loopback: true}
 	srv, err := rtc.NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -416,7 +416,9 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 	}
 
 	var bw *memBandwidth
-	if *bwMB > 0 {
+	// The host's read rate bounds products whose weights are in host memory: ours on a GPU
+	// read device memory, so their parts get no memory floor.
+	if _, onCPU := be.(*engine.CPU); *bwMB > 0 && onCPU {
 		fmt.Fprintf(stderr, "memory read bandwidth, %d MB…\n", *bwMB)
 		bw = &memBandwidth{Bench: "memory_bandwidth", MB: *bwMB, Threads: *threads}
 		for _, n := range []int{*threads, 1} {
