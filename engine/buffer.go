@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/voxpipe/voxpipe/cgo"
+	"github.com/voxpipe/voxpipe/engine/gguf"
 )
 
 // Buffer is persistent tensor memory (outside any arena): weights, KV caches, streaming
@@ -306,7 +307,7 @@ func (b *Buffer) Values() ([]float32, error) {
 			return nil, err
 		}
 		v := make([]float32, len(raw)/2)
-		if _, err := cgo.EncodeWeights(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v)), raw, F16, F32, len(v), 1); err != nil {
+		if err := gguf.Dequantize(v, raw, gguf.F16); err != nil {
 			return nil, err
 		}
 		return v, nil

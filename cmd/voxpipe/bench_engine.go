@@ -420,19 +420,15 @@ func runBenchGemm(args []string, stdout, stderr io.Writer) error {
 	// read device memory, so their parts get no memory floor.
 	if _, onCPU := be.(*engine.CPU); *bwMB > 0 && onCPU {
 		fmt.Fprintf(stderr, "memory read bandwidth, %d MB…\n", *bwMB)
-		bw = &memBandwidth{Bench: "memory_bandwidth", MB: *bwMB, Threads: *threads}
-		for _, n := range []int{*threads, 1} {
-			rate, _, err := cgo.ReadBandwidth(n, *bwMB, *rounds)
-			if err != nil {
-				return err
-			}
-			if n == *threads {
-				bw.GBps = rate / 1e9
-			}
-			if n == 1 {
-				bw.GBps1Thread = rate / 1e9
-			}
+		rate, _, err := cgo.ReadBandwidth(*threads, *bwMB, *rounds)
+		one := rate
+		if err == nil && *threads > 1 {
+			one, _, err = cgo.ReadBandwidth(1, *bwMB, *rounds)
 		}
+		if err != nil {
+			return err
+		}
+		bw = &memBandwidth{Bench: "memory_bandwidth", MB: *bwMB, Threads: *threads, GBps: rate / 1e9, GBps1Thread: one / 1e9}
 		if *asJSON {
 			if err := emit(bw); err != nil {
 				return err

@@ -288,6 +288,16 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	if err := cs.Warm(int(n)); err != nil {
 		return err
 	}
+	// decode runs a Push or the Flush: its time goes to the stats and to the codec's measured
+	// cost per decoded token.
+	decode := func(run func() ([]float32, error)) ([]float32, error) {
+		t0, d0 := time.Now(), cs.DecodedTokens()
+		audio, err := run()
+		took := time.Since(t0)
+		st.Codec += took
+		t.codec.add(took, cs.DecodedTokens()-d0)
+		return audio, err
+	}
 	codes := make(chan int32, codecAhead)
 	var codecErr error // the codec goroutine's; read after it ends, or through failed
 	var failed atomic.Bool
@@ -300,11 +310,7 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 			}
 			one[0] = c
 			err := recovered("codec", func() error {
-				t0, d0 := time.Now(), cs.DecodedTokens()
-				audio, err := cs.Push(one[:])
-				took := time.Since(t0)
-				st.Codec += took
-				t.codec.add(took, cs.DecodedTokens()-d0)
+				audio, err := decode(func() ([]float32, error) { return cs.Push(one[:]) })
 				if len(audio) > 0 {
 					play.first.CompareAndSwap(0, time.Now().UnixNano())
 				}
@@ -343,11 +349,7 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	if err != nil {
 		return err
 	}
-	t0, d0 := time.Now(), cs.DecodedTokens()
-	audio, err := cs.Flush()
-	took := time.Since(t0)
-	st.Codec += took
-	t.codec.add(took, cs.DecodedTokens()-d0)
+	audio, err := decode(cs.Flush)
 	st.CodecSamples += len(audio)
 	if err != nil {
 		return err

@@ -73,17 +73,18 @@ func TestQuantizedGolden(t *testing.T) {
 	}
 	defer be.Close()
 	for _, c := range []struct {
-		dt     gguf.DType
-		edt    engine.DType
-		maxRel float64
-	}{{gguf.Q8_0, engine.Q8_0, 0.05}, {gguf.F16, engine.F16, 2e-3}} {
+		dt      gguf.DType
+		edt     engine.DType
+		layerDT engine.DType // Linear layers are repacked for the CPU's kernels
+		maxRel  float64
+	}{{gguf.Q8_0, engine.Q8_0, engine.Q8_0R8, 0.05}, {gguf.F16, engine.F16, engine.F16P, 2e-3}} {
 		t.Run(c.dt.String(), func(t *testing.T) {
 			m, err := FromSource(cfg, quantSource{f, c.dt}, be)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			layerDT := map[engine.DType]engine.DType{engine.Q8_0: engine.Q8_0R8, engine.F16: engine.F16P}[c.edt] // Linear layers are repacked
+			layerDT := c.layerDT
 			if m.embed.DType() != c.edt || m.w.Layers[0].Down.Weight.Buf.DType() != layerDT || m.w.Norm.Weight.Buf.DType() != engine.F32 {
 				t.Fatalf("weights not kept as %s: embed %v down %v norm %v", c.dt, m.embed.DType(), m.w.Layers[0].Down.Weight.Buf.DType(), m.w.Norm.Weight.Buf.DType())
 			}
