@@ -109,6 +109,10 @@ type QueueStats struct {
 	// all, to shrink it.
 	OutputBufferMs float64 `json:"output_buffer_ms"`
 	TrimmedMs      float64 `json:"trimmed_ms"`
+	// StretchedMs is the output played twice, in all, to grow the cushion when the session's
+	// model steps were expected to slow (sessions joined): a repeat crossfaded in, instead of
+	// the gaps the slow steps would otherwise leave.
+	StretchedMs float64 `json:"stretched_ms"`
 	// Underflows counts the 20 ms frames, since output began, that the output queue could
 	// not fill when they were due: audio that came late to the listener.
 	Underflows int `json:"underflows"`

@@ -339,7 +339,7 @@ func (pp *Pipe) stats(acc *statsAccumulator) (StatsMessage, SessionReport) {
 			Encode: ms(acc.encode, acc.frames),
 		},
 		Queue: QueueStats{DepthMs: ms(st.QueueDepth, 1), AgeMs: ms(st.QueueAge, 1),
-			OutputBufferMs: ms(st.OutputBuffer, 1), TrimmedMs: ms(st.Trimmed, 1), Underflows: st.Underflows},
+			OutputBufferMs: ms(st.OutputBuffer, 1), TrimmedMs: ms(st.Trimmed, 1), StretchedMs: ms(st.Stretched, 1), Underflows: st.Underflows},
 		Chunks:        st.Chunks,
 		LateChunks:    st.LateChunks,
 		DroppedChunks: st.DroppedChunks + js.Shed,

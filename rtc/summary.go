@@ -19,6 +19,7 @@ func (p *peer) summary(started time.Time) []any {
 	}
 	return append(args, "voice", voice, "audio", st.Produced.Round(time.Millisecond), "chunks", st.Chunks,
 		"late_chunks", st.LateChunks, "dropped", st.Dropped.Round(time.Millisecond), "underflows", st.Underflows,
+		"stretched", st.Stretched.Round(time.Millisecond),
 		"latency", st.Latency.Round(time.Millisecond), "packets", js.Received, "lost", js.Lost,
 		"fec", fec, "plc", plc, "shed", js.Shed)
 }

@@ -15,8 +15,17 @@ import (
 // scaled to the sessions open now, needs. Before any step of the voice was seen, the
 // processor's slowest step alone stands in for it, scaled from one session — or, where that
 // is more, its model's slowest step with many sessions, measured when it was loaded
-// (ProcessorInfo.Shared), scaled from those. A cushion larger than needed costs latency only
+// (ProcessorInfo.Shared), scaled from those and given headroom. A session that started
+// before others joined gets what the cushion for the sessions open now adds to its own,
+// its output stretched by that much (Session.Pull). A cushion larger than needed costs latency only
 // until the session trims what no pull used (trimWindow).
+
+// sharedHeadroom scales the slowest step of a model's load-time measurement (Shared) when it
+// stands in for steps not yet seen: that ran its sessions alone on the machine, in step,
+// while live ones share the cores with their network, codec and resampling work and start
+// out of step. Eight MeanVC2 sessions over loopback WebRTC took their first steps 1.5-1.8×
+// as long as the measurement said, and left gaps in their first second with it unscaled.
+const sharedHeadroom = 1.5
 
 // slowWindow is how long a slowest step is remembered (two windows, the last complete one
 // and the current one, count).
@@ -124,17 +133,19 @@ func (s *Scheduler) noteSlowStep(l *Live, wall time.Duration) {
 // duration of the processor's chunk. Without a step seen, the processor's own slowest step
 // (its chunk plus its cushion) stands for one session, or its Shared measurement for its
 // sessions, whichever predicts less.
-func (s *Scheduler) startCushion(l *Live) int {
+func (s *Scheduler) startCushion(l *Live) int { return s.cushionFor(l, s.modelSessions()) }
+
+// cushionFor is startCushion with n model sessions open.
+func (s *Scheduler) cushionFor(l *Live, n int) int {
 	info := l.sess.Info()
 	rate := float64(info.SampleRate)
 	chunk := time.Duration(float64(info.ChunkSize) / rate * float64(time.Second))
-	n := s.modelSessions()
 	slow, ok := s.steps.expect(l.sess.Voice(), n, time.Now())
 	if !ok {
 		alone := chunk + time.Duration(float64(info.Cushion)/rate*float64(time.Second))
 		slow = slowStep{wall: alone, sessions: 1}.expect(n)
 		if sh := info.Shared; sh.Sessions > 0 && sh.Slowest > 0 {
-			slow = min(slow, slowStep{wall: sh.Slowest, sessions: sh.Sessions}.expect(n))
+			slow = min(slow, slowStep{wall: time.Duration(float64(sh.Slowest) * sharedHeadroom), sessions: sh.Sessions}.expect(n))
 		}
 	}
 	return max(int((slow-chunk).Seconds()*float64(l.sess.cfg.IORate)), 0)

@@ -114,10 +114,10 @@ func TestStartCushionFromShared(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct{ open, sessions, want int }{
-		{1, 1, 25 - 20},    // alone: its own slowest step
-		{2, 3, 3*25 - 20},  // few: alone × 3 is less than the 80 ms of eight
-		{5, 8, 80 - 20},    // eight: as measured
-		{8, 16, 2*80 - 20}, // sixteen: the eight's step, doubled
+		{1, 1, 25 - 20},     // alone: its own slowest step
+		{2, 3, 3*25 - 20},   // few: alone × 3 is less than the 80 ms of eight
+		{5, 8, 120 - 20},    // eight: as measured, with its headroom (1.5×)
+		{8, 16, 2*120 - 20}, // sixteen: the eight's step, doubled
 	} {
 		open(tc.open)
 		if got := sched.startCushion(first); got != ms(tc.want) {

@@ -428,13 +428,16 @@ func isBuiltin(p Processor) bool {
 
 // Pull fills dst with the next output (silence where too little is ready) and returns how
 // many samples were real audio; it never waits for processing.
-// Until output begins, the start cushion follows the model sessions open (startCushion).
+// A model session's cushion follows the slowest step expected of its voice with the model
+// sessions open now (startCushion): before output begins, its start waits for it; after,
+// the output is stretched when sessions join and that grows.
 func (l *Live) Pull(dst []float32, now time.Time) int {
+	if !l.builtin.Load() {
+		n := l.sched.modelSessions()
+		l.sess.setStartCushion(l.sched.cushionFor(l, n), n)
+	}
 	if l.playing.Load() {
 		return l.sess.Pull(dst, now)
-	}
-	if !l.builtin.Load() {
-		l.sess.setStartCushion(l.sched.startCushion(l))
 	}
 	n := l.sess.Pull(dst, now)
 	l.playing.Store(n > 0)

@@ -44,6 +44,10 @@ type Stats struct {
 	// needed it for a whole window, so it holds what the steps' timing requires.
 	OutputBuffer time.Duration
 	Trimmed      time.Duration // output dropped to shrink the cushion, in all
+	// Stretched is the output played twice, in all, to grow the cushion ahead of need: a
+	// session that started with the cushion its steps needed then gets more when the steps
+	// it should expect grow (model sessions joined it), instead of a gap at each slow step.
+	Stretched time.Duration
 }
 
 // mark ties an input sample index to the time it was pushed.
@@ -97,7 +101,17 @@ type Session struct {
 	// startCushion is the output a Live session holds its start for when that is more than
 	// the processor's cushion (Scheduler.startCushion), in IO samples.
 	startCushion int
-	cushion      cushion
+	// granted is the most cushion (IO samples) asked of the session since it started (its
+	// start cushion, then any larger one asked as sessions joined), and owed what of it the
+	// output has not yet been stretched by.
+	granted, owed int
+	sessions      int // the most model sessions open since the start (setStartCushion)
+	// last is the last pull's output, and lastFull says it was all audio: a stretch
+	// replays it.
+	last     []float32
+	lastFull bool
+	idle     int // pulls in a row that found no output and no input waiting
+	cushion  cushion
 	// slowStep is the longest recent step of a Live session, in IO samples: after such a
 	// step the work that queued behind it lands at once on top of the cushion that covered
 	// for it (as long again), and that is not stale audio.
@@ -111,6 +125,10 @@ type cushion struct {
 	least  int // least queued beyond a pull in this window (-1: no pull yet)
 	pulled int // IO samples pulled in this window
 }
+
+// restartAfter is how many empty pulls with no input waiting (20 ms each in a WebRTC
+// session) make a pause in the input: the output after it starts as the first did.
+const restartAfter = 10
 
 // trimWindow is how long the output cushion must go unused before it is trimmed: long
 // enough that a step pattern that needs it (a model's bursts, every 80–160 ms) always shows.
@@ -171,10 +189,26 @@ func (s *Session) cushionIO() int {
 	return int(int64(s.info.Cushion) * int64(s.cfg.IORate) / int64(s.info.SampleRate))
 }
 
-func (s *Session) setStartCushion(n int) {
+// setStartCushion sets the cushion (n IO samples) the session should hold at its start with
+// the given model sessions open. Once it has started, a cushion asked with more sessions open
+// than ever before since the start is owed what it asks beyond the most granted, and the
+// output is stretched by that (Pull). Only joins count: a step that ran slow for another
+// reason (a stall, a noisy neighbour) may not recur, and a late pull covers it as it
+// happens, the cushion trimmed again if it was a one-off.
+func (s *Session) setStartCushion(n, sessions int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.startCushion = n
+	switch {
+	case !s.started:
+		s.sessions = sessions
+	case sessions > s.sessions:
+		s.sessions = sessions
+		if n > s.granted {
+			s.owed += n - s.granted
+			s.granted = n
+		}
+	}
 }
 
 // latencyIO is the processor's latency in IORate samples.
@@ -366,7 +400,7 @@ func (s *Session) emit(out []float32) {
 	s.produced += int64(len(out))
 	s.stats.Produced += s.samplesToDuration(len(out))
 	chunkIO := s.info.ChunkSize * s.cfg.IORate / s.info.SampleRate
-	limit := chunkIO + int(s.cfg.MaxQueue.Seconds()*float64(s.cfg.IORate)) + 2*s.slowStep
+	limit := chunkIO + int(s.cfg.MaxQueue.Seconds()*float64(s.cfg.IORate)) + 2*s.slowStep + s.granted
 	if excess := s.out.Len() - chunkIO; s.out.Len() > limit {
 		n := s.out.DiscardCrossfade(excess, s.xfade)
 		s.stats.DroppedChunks++
@@ -384,19 +418,60 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 		clear(dst) // hold the start until the processor's cushion is queued
 		return 0
 	}
+	if s.started && 2*s.owed >= len(dst) && s.replayLast(dst) {
+		s.owed -= len(dst) // a whole pull: what it gives beyond the debt is credit
+		s.stats.Stretched += s.samplesToDuration(len(dst))
+		return len(dst)
+	}
 	head := s.produced - int64(s.out.Len())
 	n := s.out.Read(dst)
 	clear(dst[n:])
 	if n > 0 {
+		if !s.started {
+			s.granted = max(s.cushionIO(), s.startCushion)
+		}
 		s.started = true
 		if at, ok := s.inputTime(head + s.deltaAt(head)); ok {
 			s.stats.Latency = now.Sub(at)
 		}
 	}
-	if n < len(dst) && s.started && s.taken < s.pushed {
-		s.stats.Underflows++ // input waits that would have filled it: its output came late
+	if n == 0 && s.started && s.taken >= s.pushed {
+		if s.idle++; s.idle >= restartAfter {
+			// The input paused (the client stopped sending, or sends nothing in silence)
+			// and all its output has played: what comes next starts again, held until its
+			// cushion is queued, as the first output was. Its cushion is the one its steps
+			// need now, which may have grown since the first start; no stretch is owed.
+			s.started, s.owed, s.idle = false, 0, 0
+		}
+	} else {
+		s.idle = 0
 	}
+	if n < len(dst) && s.started && s.taken < s.pushed {
+		s.stats.Underflows++                              // input waits that would have filled it: its output came late
+		s.owed = min(s.owed, max(s.owed-(len(dst)-n), 0)) // the gap delayed what follows as a stretch would
+	}
+	s.last = append(s.last[:0], dst...)
+	s.lastFull = n == len(dst)
 	return n
+}
+
+// replayLast fills dst with the last pull's audio again, its start blended from the queued
+// audio (what would have followed) into the replay, so the output runs on without a jump:
+// the replay ends as the last pull did, and the queued audio follows it as it followed
+// that. It returns false, filling nothing, when the last pull was not all audio or not as
+// long as dst.
+func (s *Session) replayLast(dst []float32) bool {
+	if !s.lastFull || len(s.last) != len(dst) {
+		return false
+	}
+	copy(dst, s.last)
+	q := s.out.Peek()
+	xf := min(s.xfade, len(q), len(dst))
+	for i := range xf {
+		w := float32(i+1) / float32(xf+1)
+		dst[i] = q[i]*(1-w) + dst[i]*w
+	}
+	return true
 }
 
 // trim notes how much output waits beyond a pull of n samples and, once a whole window of

@@ -359,3 +359,102 @@ func TestSessionHoldsTheStartCushion(t *testing.T) {
 		t.Errorf("latency %v (want 80 ms: the block, the 60 ms cushion), %d underflows", st.Latency, st.Underflows)
 	}
 }
+
+// A session that started alone with no cushion and is then asked for 50 ms as a second
+// session joins its model replays its last pull until it has stretched its output by that
+// much, in whole pulls: its latency grows by that, the output runs on without a jump, no
+// pull counts as late, and asking for as much again, or less, stretches nothing more. Asked
+// for more with no one joining, it stretches nothing.
+func TestSessionStretchesForAGrownCushion(t *testing.T) {
+	const rate = 16000
+	block := rate / 50
+	s, err := NewSession(Config{IORate: rate, MaxQueue: time.Second}, "model", NewDelay(rate, block, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := sine(40*block, rate, 170) // 170 Hz: a 20 ms replay lands out of phase
+	t0 := time.Unix(0, 0)
+	s.setStartCushion(0, 1)
+	out, lat := run(t, s, x[:10*block], rate, t0, 0)
+	if lat[9] != 0 {
+		t.Fatalf("latency %v before the stretch, want 0 (each block pulled as it is pushed)", lat[9])
+	}
+	s.setStartCushion(50*rate/1000, 1) // slower steps, no one joined
+	more, _ := run(t, s, x[10*block:15*block], rate, t0.Add(200*time.Millisecond), 0)
+	out = append(out, more...)
+	if st := s.Stats().Stretched; st != 0 {
+		t.Fatalf("stretched %v with no session joining", st)
+	}
+	s.setStartCushion(50*rate/1000, 2)
+	more, lat = run(t, s, x[15*block:30*block], rate, t0.Add(300*time.Millisecond), 0)
+	out = append(out, more...)
+	s.setStartCushion(50*rate/1000, 3)
+	s.setStartCushion(30*rate/1000, 4)
+	more, lat2 := run(t, s, x[30*block:], rate, t0.Add(600*time.Millisecond), 0)
+	out = append(out, more...)
+	st := s.Stats()
+	// 800 samples owed: three pulls (960), the last owing less than it gives.
+	if st.Stretched != 60*time.Millisecond || st.Underflows != 0 {
+		t.Errorf("stretched %v with %d underflows, want 60 ms and none", st.Stretched, st.Underflows)
+	}
+	if lat[len(lat)-1] != 60*time.Millisecond || lat2[len(lat2)-1] != 60*time.Millisecond {
+		t.Errorf("latency %v then %v after the stretch, want 60 ms", lat[len(lat)-1], lat2[len(lat2)-1])
+	}
+	// A 170 Hz sine at 0.5 moves at most 0.034 a sample; the crossfades into the replays
+	// blend two phases over 5 ms (80 samples), which adds at most 1/81 a sample.
+	for i := 1; i < len(out); i++ {
+		if d := math.Abs(float64(out[i] - out[i-1])); d > 0.05 {
+			t.Fatalf("sample %d: jump %.3f in the output", i, d)
+		}
+	}
+}
+
+// After a pause in the input (nothing to play and nothing waiting for ten pulls), the next
+// output starts as the first did: held until the cushion asked now is queued, with no pull
+// counted late. A shorter gap does not restart it.
+func TestSessionRestartsAfterAPause(t *testing.T) {
+	const rate = 16000
+	block := rate / 50
+	s, err := NewSession(Config{IORate: rate, MaxQueue: time.Second}, "model", NewDelay(rate, block, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := sine(block, rate, 170)
+	buf := make([]float32, block)
+	at := time.Unix(0, 0)
+	step := func(push bool) int {
+		at = at.Add(20 * time.Millisecond)
+		if push {
+			if err := s.Push(x, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return s.Pull(buf, at)
+	}
+	for range 5 {
+		step(true)
+	}
+	for range restartAfter - 1 {
+		if n := step(false); n != 0 {
+			t.Fatalf("played %d samples with no input", n)
+		}
+	}
+	if n := step(true); n != block {
+		t.Fatalf("after %d empty pulls played %d samples, want a whole pull at once", restartAfter-1, n)
+	}
+	for range restartAfter {
+		step(false)
+	}
+	s.setStartCushion(2*block, 1) // the sessions' steps now need 40 ms
+	for i := range 2 {
+		if n := step(true); n != 0 {
+			t.Fatalf("after a pause: played %d samples with %d ms queued, under the 40 ms cushion", n, 20*(i+1))
+		}
+	}
+	if n := step(true); n != block {
+		t.Fatalf("after a pause: played %d samples with 60 ms queued, want a whole pull", n)
+	}
+	if st := s.Stats(); st.Underflows != 0 || st.Stretched != 0 || st.Latency != 40*time.Millisecond {
+		t.Errorf("%d underflows, %v stretched, latency %v: want none, none, 40 ms (the cushion)", st.Underflows, st.Stretched, st.Latency)
+	}
+}

@@ -56,6 +56,7 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	pitch := fs.Float64("pitch", 4, "pitch shift of the dsp voice (non-zero so the voice does real work)")
 	sessions := fs.Int("sessions", 1, "concurrent sessions")
 	seconds := fs.Float64("seconds", 10, "seconds of audio each session sends")
+	stagger := fs.Duration("stagger", 0, "start the sessions this far apart, each dialing when it starts, instead of all at once (sessions joining a busy server)")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	server := fs.String("server", "", "benchmark a running server at this http:// URL instead of starting one (CPU is then not measured)")
 	model := fs.String("model", "", "MeanVC2 model (GGUF) for the server it starts: --voice meanvc2 converts into --ref")
@@ -66,10 +67,10 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	if (*model == "") != (*ref == "") || *model != "" && *server != "" {
 		return errors.New("--model and --ref go together, for the server the bench starts (not with --server)")
 	}
-	if *sessions < 1 || *seconds < 1 {
-		return errors.New("--sessions must be ≥ 1 and --seconds ≥ 1")
+	if *sessions < 1 || *seconds < 1 || *stagger < 0 || *stagger > time.Minute {
+		return errors.New("--sessions must be ≥ 1, --seconds ≥ 1 and --stagger from 0 to 1m")
 	}
-	res, err := benchLoopback(loopbackOptions{voice: *voice, pitch: *pitch, sessions: *sessions, seconds: *seconds, server: *server,
+	res, err := benchLoopback(loopbackOptions{voice: *voice, pitch: *pitch, sessions: *sessions, seconds: *seconds, stagger: *stagger, server: *server,
 		model: *model, ref: *ref, log: stderr})
 	if err != nil {
 		return err
@@ -80,8 +81,8 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	if res.Refused > 0 {
 		fmt.Fprintf(stdout, "loopback %s: %d of %d sessions refused (busy: admission), %d ran\n", res.Voice, res.Refused, res.Sessions, res.Sessions-res.Refused)
 	}
-	fmt.Fprintf(stdout, "loopback %s ×%d for %.0f s: latency p50 %.1f ms, p95 %.1f ms; CPU %.2f%% per session; late frames %d of %d (after the first 2 s: %d of %d) (slow chunks %d of %d); dropped %.0f ms; clicks found %d/%d\n",
-		res.Voice, res.Sessions-res.Refused, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateFrames, res.Frames, res.SteadyLateFrames, res.SteadyFrames, res.SlowChunks, res.Chunks, res.DroppedMs, res.ClicksFound, res.ClicksSent)
+	fmt.Fprintf(stdout, "loopback %s ×%d for %.0f s: latency p50 %.1f ms, p95 %.1f ms; CPU %.2f%% per session; late frames %d of %d (after the first 2 s: %d of %d) (slow chunks %d of %d); dropped %.0f ms; stretched %.0f ms; clicks found %d/%d\n",
+		res.Voice, res.Sessions-res.Refused, res.Seconds, res.LatencyP50, res.LatencyP95, res.CPUPerSession, res.LateFrames, res.Frames, res.SteadyLateFrames, res.SteadyFrames, res.SlowChunks, res.Chunks, res.DroppedMs, res.StretchedMs, res.ClicksFound, res.ClicksSent)
 	fmt.Fprintf(stdout, "  server latency p50 %.1f ms, p95 %.1f ms = algorithmic %.1f ms (voice, frame, resamplers) + jitter target %.1f ms + output cushion %.1f ms + the rest; rtf %.3f; real time: %v\n",
 		res.ServerP50, res.ServerP95, res.AlgorithmicMs, res.JitterTargetMs, res.OutputBufferMs, res.RTF, res.RealTime)
 	return nil
@@ -92,6 +93,7 @@ type loopbackOptions struct {
 	pitch    float64
 	sessions int
 	seconds  float64
+	stagger  time.Duration // between session starts; 0: all dialed first, then all send at once
 	server   string
 	model    string // MeanVC2 model and target clip for the server the bench starts
 	ref      string
@@ -123,6 +125,9 @@ type loopbackResult struct {
 	SlowChunks        int     `json:"slow_chunks"`
 	Chunks            int     `json:"chunks"`
 	DroppedMs         float64 `json:"dropped_ms"`
+	// StretchedMs is the output the sessions played twice to grow their cushions when
+	// sessions joined (queue.stretched_ms), in all: not late frames, but not free either.
+	StretchedMs float64 `json:"stretched_ms"`
 	ServerMs          float64 `json:"server_latency_ms_mean"`
 	// The server's own measurement, once a second per session (what a voice model's output
 	// can be measured by when it turns clicks into something else), and its designed parts.
@@ -162,22 +167,14 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.seconds*float64(time.Second))+60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(o.seconds*float64(time.Second))+time.Duration(o.sessions)*o.stagger+60*time.Second)
 	defer cancel()
-	clients := make([]*rtcclient.Client, o.sessions)
-	defer func() {
-		for _, c := range clients {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}()
 	var params map[string]float64
 	if o.voice == "dsp" {
 		params = map[string]float64{"pitch_semitones": o.pitch}
 	}
-	refused := 0
-	for i := range clients {
+	// join dials session i; a nil client and no error: admission refused it (busy).
+	join := func(i int) (*rtcclient.Client, error) {
 		c, err := rtcclient.Dial(ctx, rtcclient.Options{URL: rtcclient.WSURL(base), Voice: o.voice, Params: params, Seed: uint64(i)})
 		if err != nil {
 			return nil, fmt.Errorf("session %d: %w", i, err)
@@ -185,27 +182,59 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 		err = checkVoice(c, o.voice)
 		if errors.Is(err, errRefusedBusy) { // admission at work: the others run
 			c.Close()
-			refused++
-			continue
+			return nil, nil
 		}
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("session %d: %w", i, err)
 		}
-		clients[i] = c
+		return c, nil
 	}
-	clients = slices.DeleteFunc(clients, func(c *rtcclient.Client) bool { return c == nil })
-	if len(clients) == 0 {
-		return nil, fmt.Errorf("the server refused all %d sessions (busy)", o.sessions)
+	clients := make([]*rtcclient.Client, o.sessions)
+	starts := make([]time.Time, o.sessions) // when each session began to send
+	defer func() {
+		for _, c := range clients {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	if o.stagger == 0 {
+		for i := range clients {
+			c, err := join(i)
+			if err != nil {
+				return nil, err
+			}
+			clients[i] = c
+		}
 	}
 	cpu0, _ := cpuTime(pid)
 	t0 := time.Now()
 	var wg sync.WaitGroup
+	var mu sync.Mutex // clients and starts, while staggered sessions join
 	errs := make([]error, len(clients))
-	for i, c := range clients {
+	for i := range clients {
+		if o.stagger == 0 && clients[i] == nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			c := clients[i]
+			if o.stagger > 0 {
+				time.Sleep(time.Until(t0.Add(time.Duration(i) * o.stagger)))
+				var err error
+				if c, err = join(i); c == nil {
+					errs[i] = err
+					return
+				}
+				mu.Lock()
+				clients[i] = c
+				mu.Unlock()
+			}
+			mu.Lock()
+			starts[i] = time.Now()
+			mu.Unlock()
 			errs[i] = c.SendPackets(ctx, packets)
 		}()
 	}
@@ -216,13 +245,24 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	refused := 0
+	for i := range clients {
+		if clients[i] == nil {
+			refused++
+		}
+	}
+	clients = slices.DeleteFunc(clients, func(c *rtcclient.Client) bool { return c == nil })
+	starts = slices.DeleteFunc(starts, func(t time.Time) bool { return t.IsZero() })
+	if len(clients) == 0 {
+		return nil, fmt.Errorf("the server refused all %d sessions (busy)", o.sessions)
+	}
 	res := &loopbackResult{Bench: "loopback", Voice: o.voice, Sessions: o.sessions, Refused: refused, Seconds: o.seconds}
 	const settle = 2 * time.Second // the start the steady figures leave out
 	steadyFrames := int((o.seconds - settle.Seconds()) * 50)
 	var all, server []time.Duration
 	var jitter, queue, cushion, process float64
 	processN := 0
-	for _, c := range clients {
+	for i, c := range clients {
 		lat := rtcclient.ClickLatencies(pcm, clicks, c.SendTimes(), c.Received())
 		all = append(all, lat...)
 		res.ClicksSent += len(clicks)
@@ -230,13 +270,14 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 		if st := c.Stats(); len(st) > 0 {
 			last := st[len(st)-1]
 			res.LateFrames += last.Queue.Underflows
-			if from, ok := c.StatsSince(t0.Add(settle)); ok && steadyFrames > 0 {
+			if from, ok := c.StatsSince(starts[i].Add(settle)); ok && steadyFrames > 0 {
 				res.SteadyLateFrames += last.Queue.Underflows - from.Queue.Underflows
 				res.SteadyFrames += steadyFrames
 			}
 			res.SlowChunks += last.LateChunks
 			res.Chunks += last.Chunks
 			res.DroppedMs += last.DroppedMs
+			res.StretchedMs += last.Queue.StretchedMs
 			for _, s := range st {
 				if s.Latency.Server > 0 {
 					server = append(server, time.Duration(s.Latency.Server*float64(time.Millisecond)))
