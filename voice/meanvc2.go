@@ -34,7 +34,7 @@ func MeanVC2Processor(m *meanvc2.Model, t meanvc2.Timbre) (stream.Processor, err
 	}
 	info, spread := meanVC2Live(m)
 	s.SpreadSteps(spread) // one DiT step per piece where that costs no latency
-	if info.Cushion, err = warm(s, info.ChunkSize); err != nil {
+	if info.Cushion, err = s.WarmLive(info.ChunkSize); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -43,28 +43,6 @@ func MeanVC2Processor(m *meanvc2.Model, t meanvc2.Timbre) (stream.Processor, err
 	p.fifo = make([]float32, p.prime, p.prime+2*s.ChunkSize()) // room for the largest burst
 	p.clean = make([]float32, piece)
 	return p, nil
-}
-
-// warm runs a few chunks of silence through a new stream in pieces, as a session will, and
-// resets it: the programs for each cache length it will see are compiled now, while the
-// session is being set up, rather than in its first second of live audio. It returns the
-// start cushion (ProcessorInfo.Cushion): how far the slowest piece after the first chunk
-// (whose compiling does not recur) ran past its own duration, in samples.
-func warm(s *meanvc2.Stream, piece int) (int, error) {
-	silence := make([]float32, piece)
-	var slowest time.Duration
-	for k := range 4 * s.ChunkSize() / piece { // the KV caches reach their caps by the third chunk
-		t0 := time.Now()
-		if _, err := s.Write(nil, silence); err != nil {
-			return 0, fmt.Errorf("meanvc2 processor: warm-up: %w", err)
-		}
-		if k*piece >= s.ChunkSize() {
-			slowest = max(slowest, time.Since(t0))
-		}
-	}
-	s.Reset()
-	over := slowest.Seconds()*float64(s.SampleRate()) - float64(piece)
-	return max(int(over), 0), nil
 }
 
 // MeanVC2Shared measures how live sessions of m run together, their steps batched: that

@@ -1,6 +1,9 @@
 package meanvc2
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/voxpipe/voxpipe/models/conformer"
 )
 
@@ -12,6 +15,40 @@ import (
 func (m *Model) LiveSchedule(piece int) (delay int, spread bool) {
 	s := m.liveSchedule(piece)
 	return s.delay, s.spread
+}
+
+// WarmLive runs four chunks of silence through s, piece samples at a time as a live session
+// feeds it, and resets it. It returns how far the slowest piece after the first chunk (whose
+// compiling does not recur) ran past its own duration, in samples: the start cushion the
+// stream needs alone. Only the model's first stream per piece size runs it: that compiles
+// the programs for every cache length a stream sees (the KV caches reach their caps by the
+// third chunk), and the answer is kept, so later streams start at once instead of spending
+// four chunks of compute while the model's other sessions play.
+func (s *Stream) WarmLive(piece int) (int, error) {
+	m := s.m
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	if c, ok := m.cushion[piece]; ok {
+		return c, nil
+	}
+	silence := make([]float32, piece)
+	var slowest time.Duration
+	for k := range 4 * s.ChunkSize() / piece {
+		t0 := time.Now()
+		if _, err := s.Write(nil, silence); err != nil {
+			return 0, fmt.Errorf("meanvc2: live warm-up: %w", err)
+		}
+		if k*piece >= s.ChunkSize() {
+			slowest = max(slowest, time.Since(t0))
+		}
+	}
+	s.Reset()
+	c := max(int(slowest.Seconds()*float64(s.SampleRate())-float64(piece)), 0)
+	if m.cushion == nil {
+		m.cushion = map[int]int{}
+	}
+	m.cushion[piece] = c
+	return c, nil
 }
 
 // schedule is LiveSchedule's answer for one piece size.

@@ -55,8 +55,9 @@ type Model struct {
 	speakerExec *sync.Mutex
 	speakerMu   sync.Mutex
 
-	liveMu sync.Mutex
-	live   map[int]schedule // LiveSchedule's, by piece size
+	liveMu  sync.Mutex
+	live    map[int]schedule // LiveSchedule's, by piece size
+	cushion map[int]int      // WarmLive's, by piece size
 
 	batch batchState // the streams' model work, batched across streams (batch.go)
 }

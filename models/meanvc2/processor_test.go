@@ -569,3 +569,43 @@ func TestLiveDelay(t *testing.T) {
 		})
 	}
 }
+
+// WarmLive leaves its stream as new (the first stream warmed, the second only asked, give
+// the same output), and the model's first stream per piece size measures the start cushion
+// that later ones are given without running.
+func TestWarmLive(t *testing.T) {
+	m, target, src := golden(t)
+	piece := m.Config.Runtime.SampleRate / 50
+	convert := func() ([]float32, int) {
+		s, err := m.NewStream(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		c, err := s.WarmLive(piece)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []float32
+		for k := 0; k+piece <= len(src); k += piece {
+			if out, err = s.Write(out, src[k:k+piece]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out, c
+	}
+	warmed, c1 := convert()
+	if _, ok := m.cushion[piece]; !ok {
+		t.Fatal("the first stream's cushion was not kept")
+	}
+	asked, c2 := convert()
+	if c1 != c2 || !slices.Equal(warmed, asked) {
+		t.Errorf("cushions %d, %d; outputs equal: %v", c1, c2, slices.Equal(warmed, asked))
+	}
+	m.liveMu.Lock()
+	m.cushion[piece] = 12345 // what a later stream gets is the kept answer
+	m.liveMu.Unlock()
+	if _, c := convert(); c != 12345 {
+		t.Errorf("a later stream measured its cushion again: %d", c)
+	}
+}
