@@ -319,7 +319,7 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	}
 	res.RealTime = res.LatePercent < 1
 	if pid != 0 && cpuErr == nil {
-		res.CPUPerSession = 100 * (cpu1 - cpu0).Seconds() / wall.Seconds() / float64(o.sessions)
+		res.CPUPerSession = 100 * (cpu1 - cpu0).Seconds() / wall.Seconds() / float64(len(clients)) // the sessions that ran
 	}
 	return res, nil
 }

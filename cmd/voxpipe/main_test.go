@@ -199,6 +199,15 @@ func TestBenchLoopbackReportsFigures(t *testing.T) {
 	if res.Chunks == 0 {
 		t.Error("no chunk counts from the server's stats")
 	}
+	// Staggered: the second session dials 1.5 s after the first began to send; both run
+	// and are measured.
+	res, err = benchLoopback(loopbackOptions{voice: "dsp", pitch: 4, sessions: 2, seconds: 3, stagger: 1500 * time.Millisecond, server: hs.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sessions != 2 || res.Refused != 0 || res.ClicksFound < res.ClicksSent*8/10 || res.SteadyFrames != 2*50 {
+		t.Errorf("staggered: %d sessions, %d refused, %d of %d clicks, %d steady frames (want 100)", res.Sessions, res.Refused, res.ClicksFound, res.ClicksSent, res.SteadyFrames)
+	}
 	// A voice the server does not run fails the bench instead of measuring the default.
 	if _, err := benchLoopback(loopbackOptions{voice: "meanvc2", sessions: 1, seconds: 1, server: hs.URL}); err == nil ||
 		!strings.Contains(err.Error(), "refused") {
