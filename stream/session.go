@@ -418,7 +418,9 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 		clear(dst) // hold the start until the processor's cushion is queued
 		return 0
 	}
-	if s.started && 2*s.owed >= len(dst) && s.replayLast(dst) {
+	// A stretch only ever plays ahead of need, with a pull's worth queued: it never stands
+	// in for output that came late (that is an underflow).
+	if s.started && 2*s.owed >= len(dst) && s.out.Len() >= len(dst) && s.replayLast(dst) {
 		s.owed -= len(dst) // a whole pull: what it gives beyond the debt is credit
 		s.stats.Stretched += s.samplesToDuration(len(dst))
 		return len(dst)
@@ -447,8 +449,9 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 		s.idle = 0
 	}
 	if n < len(dst) && s.started && s.taken < s.pushed {
-		s.stats.Underflows++                              // input waits that would have filled it: its output came late
-		s.owed = min(s.owed, max(s.owed-(len(dst)-n), 0)) // the gap delayed what follows as a stretch would
+		s.stats.Underflows++ // input waits that would have filled it: its output came late
+		// The gap delayed what follows as a stretch would have.
+		s.owed = min(s.owed, max(s.owed-(len(dst)-n), 0))
 	}
 	s.last = append(s.last[:0], dst...)
 	s.lastFull = n == len(dst)
@@ -466,7 +469,7 @@ func (s *Session) replayLast(dst []float32) bool {
 	}
 	copy(dst, s.last)
 	q := s.out.Peek()
-	xf := min(s.xfade, len(q), len(dst))
+	xf := min(s.xfade, len(q))
 	for i := range xf {
 		w := float32(i+1) / float32(xf+1)
 		dst[i] = q[i]*(1-w) + dst[i]*w
