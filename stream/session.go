@@ -438,11 +438,12 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 		}
 	}
 	if n == 0 && s.started && s.taken >= s.pushed {
-		if s.idle++; s.idle >= restartAfter {
+		if s.idle++; s.idle >= restartAfter && max(s.cushionIO(), s.startCushion) > 0 {
 			// The input paused (the client stopped sending, or sends nothing in silence)
 			// and all its output has played: what comes next starts again, held until its
 			// cushion is queued, as the first output was. Its cushion is the one its steps
 			// need now, which may have grown since the first start; no stretch is owed.
+			// A session that needs none plays what comes as it comes.
 			s.started, s.owed, s.idle = false, 0, 0
 		}
 	} else {

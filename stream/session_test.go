@@ -411,7 +411,8 @@ func TestSessionStretchesForAGrownCushion(t *testing.T) {
 
 // After a pause in the input (nothing to play and nothing waiting for ten pulls), the next
 // output starts as the first did: held until the cushion asked now is queued, with no pull
-// counted late. A shorter gap does not restart it.
+// counted late. A shorter gap does not restart it, and neither does a pause of a session
+// that needs no cushion (TestSessionNeedsNoRestartWithoutACushion).
 func TestSessionRestartsAfterAPause(t *testing.T) {
 	const rate = 16000
 	block := rate / 50
@@ -442,10 +443,10 @@ func TestSessionRestartsAfterAPause(t *testing.T) {
 	if n := step(true); n != block {
 		t.Fatalf("after %d empty pulls played %d samples, want a whole pull at once", restartAfter-1, n)
 	}
+	s.setStartCushion(2*block, 1) // the sessions' steps now need 40 ms
 	for range restartAfter {
 		step(false)
 	}
-	s.setStartCushion(2*block, 1) // the sessions' steps now need 40 ms
 	for i := range 2 {
 		if n := step(true); n != 0 {
 			t.Fatalf("after a pause: played %d samples with %d ms queued, under the 40 ms cushion", n, 20*(i+1))
@@ -456,5 +457,38 @@ func TestSessionRestartsAfterAPause(t *testing.T) {
 	}
 	if st := s.Stats(); st.Underflows != 0 || st.Stretched != 0 || st.Latency != 40*time.Millisecond {
 		t.Errorf("%d underflows, %v stretched, latency %v: want none, none, 40 ms (the cushion)", st.Underflows, st.Stretched, st.Latency)
+	}
+}
+
+// A session whose steps need no cushion plays what comes after a pause as it comes: a hold
+// would only add latency.
+func TestSessionNeedsNoRestartWithoutACushion(t *testing.T) {
+	const rate = 16000
+	block := rate / 50
+	s, err := NewSession(Config{IORate: rate, MaxQueue: time.Second}, "model", NewDelay(rate, block/2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := sine(block, rate, 170)
+	buf := make([]float32, block)
+	at := time.Unix(0, 0)
+	for range 3 {
+		at = at.Add(20 * time.Millisecond)
+		if err := s.Push(x, at); err != nil {
+			t.Fatal(err)
+		}
+		s.Pull(buf, at)
+	}
+	for range 2 * restartAfter {
+		at = at.Add(20 * time.Millisecond)
+		s.Pull(buf, at)
+	}
+	// Half a pull arrives: it plays at once (a restarted session would hold it for a whole
+	// pull).
+	if err := s.Push(x[:block/2], at); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Pull(buf, at); n != block/2 {
+		t.Fatalf("after a pause: played %d samples of the %d that came", n, block/2)
 	}
 }
