@@ -93,6 +93,7 @@ bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the mod
 	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --ref testdata/speech_en_48k.wav --seconds 20 --json
 	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2-40ms.gguf --ref testdata/speech_en_48k.wav --seconds 20 --json
 	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --ref testdata/speech_en_48k.wav --sessions 8 --seconds 20 --json
+	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --ref testdata/speech_en_48k.wav --sessions 8 --seconds 20 --stagger 500ms --json
 	@# LiveKit (worker/): rooms per worker with MeanVC2 (dsp rooms and the SFU latency ran with ./... above)
 	VOXPIPE_BENCH_VC_MODEL=$(BENCH_MODELS)/meanvc2.gguf $(GO) test -run '^$$' -bench RoomsPerWorker -benchtime 1x ./worker/
 	./$(BIN) bench tts-load --sessions 1 --seconds 10 --json

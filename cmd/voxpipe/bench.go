@@ -128,7 +128,7 @@ type loopbackResult struct {
 	// StretchedMs is the output the sessions played twice to grow their cushions when
 	// sessions joined (queue.stretched_ms), in all: not late frames, but not free either.
 	StretchedMs float64 `json:"stretched_ms"`
-	ServerMs          float64 `json:"server_latency_ms_mean"`
+	ServerMs    float64 `json:"server_latency_ms_mean"`
 	// The server's own measurement, once a second per session (what a voice model's output
 	// can be measured by when it turns clicks into something else), and its designed parts.
 	ServerP50      float64 `json:"server_latency_ms_p50"`
@@ -211,7 +211,6 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 	cpu0, _ := cpuTime(pid)
 	t0 := time.Now()
 	var wg sync.WaitGroup
-	var mu sync.Mutex // clients and starts, while staggered sessions join
 	errs := make([]error, len(clients))
 	for i := range clients {
 		if o.stagger == 0 && clients[i] == nil {
@@ -228,13 +227,9 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 					errs[i] = err
 					return
 				}
-				mu.Lock()
-				clients[i] = c
-				mu.Unlock()
+				clients[i] = c // each goroutine its own index, read after wg.Wait
 			}
-			mu.Lock()
 			starts[i] = time.Now()
-			mu.Unlock()
 			errs[i] = c.SendPackets(ctx, packets)
 		}()
 	}
