@@ -34,6 +34,8 @@ type Metrics struct {
 	algorithm *prometheus.GaugeVec
 	outBuffer prometheus.Histogram
 	trimmed   prometheus.Counter
+	stretched prometheus.Counter
+	underflow prometheus.Counter
 
 	lateTotal atomic.Int64 // what late counts, for LateChunks
 
@@ -71,8 +73,12 @@ func New() *Metrics {
 		Help: "Live voice: the adaptive output cushion a session holds against slow model steps, per session and second.", Buckets: []float64{0, .01, .02, .04, .06, .08, .1, .15, .2, .3}})
 	m.trimmed = prometheus.NewCounter(prometheus.CounterOpts{Name: "voxpipe_vc_trimmed_audio_seconds_total",
 		Help: "Live voice: output dropped to shrink a session's output cushion back after slow steps."})
+	m.stretched = prometheus.NewCounter(prometheus.CounterOpts{Name: "voxpipe_vc_stretched_audio_seconds_total",
+		Help: "Live voice: output played twice to grow a session's cushion ahead of need when sessions joined its model."})
+	m.underflow = prometheus.NewCounter(prometheus.CounterOpts{Name: "voxpipe_vc_late_frames_total",
+		Help: "Live voice: 20 ms output frames a session could not fill when due while its input waited (audio late to the listener)."})
 	m.reg.MustRegister(m.sessions, m.ttfa, m.rtf, m.audio, m.rejected, m.latency, m.queueAge, m.late, m.dropped, m.droppedMs,
-		m.algorithm, m.outBuffer, m.trimmed,
+		m.algorithm, m.outBuffer, m.trimmed, m.stretched, m.underflow,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -116,6 +122,8 @@ func (m *Metrics) VCStats(r rtc.SessionReport) {
 	}
 	m.outBuffer.Observe(s.OutputBuffer.Seconds())
 	m.trimmed.Add(max(0, (s.Trimmed - p.Trimmed).Seconds()))
+	m.stretched.Add(max(0, (s.Stretched - p.Stretched).Seconds()))
+	m.underflow.Add(float64(max(0, s.Underflows-p.Underflows)))
 	late := max(0, s.LateChunks-p.LateChunks)
 	m.late.Add(float64(late))
 	m.lateTotal.Add(int64(late))

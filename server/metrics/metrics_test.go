@@ -32,11 +32,14 @@ func TestMetrics(t *testing.T) {
 	m.Session("tts_ws", false)
 	st := rtc.SessionReport{ID: "s1", Stream: stream.Stats{LateChunks: 2, DroppedChunks: 1, Dropped: 20 * time.Millisecond,
 		Latency: 45 * time.Millisecond, QueueAge: 30 * time.Millisecond, Voice: "meanvc2-40ms",
-		OutputBuffer: 20 * time.Millisecond, Trimmed: 10 * time.Millisecond}, Algorithmic: 185 * time.Millisecond}
+		OutputBuffer: 20 * time.Millisecond, Trimmed: 10 * time.Millisecond, Stretched: 20 * time.Millisecond, Underflows: 2},
+		Algorithmic: 185 * time.Millisecond}
 	m.VCStats(st)
 	st.Stream.LateChunks = 3 // totals grow: only the difference is added
 	st.Shed = 1              // and a jitter-buffer shed frame counts as dropped audio
 	st.Stream.Trimmed = 30 * time.Millisecond
+	st.Stream.Stretched = 60 * time.Millisecond
+	st.Stream.Underflows = 5
 	m.VCStats(st)
 	m.VCStats(rtc.SessionReport{ID: "s2", Stream: stream.Stats{Voice: "dsp"}, Algorithmic: 36500 * time.Microsecond})
 	m.TTSDone("miotts", 250*time.Millisecond, 2*time.Second, 0.4)
@@ -65,6 +68,8 @@ func TestMetrics(t *testing.T) {
 		`voxpipe_vc_algorithmic_latency_seconds{voice="dsp"} 0.0365`,
 		`voxpipe_vc_output_buffer_seconds_bucket{le="0.02"} 3`,
 		`voxpipe_vc_trimmed_audio_seconds_total 0.03`,
+		`voxpipe_vc_stretched_audio_seconds_total 0.06`,
+		`voxpipe_vc_late_frames_total 5`,
 		`voxpipe_tts_ttfa_seconds_bucket{model="miotts",le="0.3"} 1`,
 		`voxpipe_tts_audio_seconds_total{model="miotts"} 2`,
 		`voxpipe_tts_rtf_count{model="miotts"} 1`,
