@@ -128,15 +128,12 @@ func (s *Scheduler) noteSlowStep(l *Live, wall time.Duration) {
 	s.steps.note(l.sess.Voice(), wall, time.Now(), s.modelSessions)
 }
 
-// startCushion is the cushion (IO samples) l should queue before it starts playing: what the
-// slowest step expected of its voice, with the model sessions open now, takes beyond the
-// duration of the processor's chunk. Without a step seen, the processor's own slowest step
-// (its chunk plus its cushion) stands for one session, or its Shared measurement for its
-// sessions, whichever predicts less.
-func (s *Scheduler) startCushion(l *Live) int { return s.cushionFor(l, s.modelSessions()) }
-
-// cushionFor is startCushion with n model sessions open.
-func (s *Scheduler) cushionFor(l *Live, n int) int {
+// startCushion is the cushion (IO samples) l should hold ahead of its pulls with n model
+// sessions open: what the slowest step expected of its voice takes beyond the duration of
+// the processor's chunk. Without a step seen, the processor's own slowest step (its chunk
+// plus its cushion) stands for one session, or its Shared measurement for its sessions,
+// whichever predicts less.
+func (s *Scheduler) startCushion(l *Live, n int) int {
 	info := l.sess.Info()
 	rate := float64(info.SampleRate)
 	chunk := time.Duration(float64(info.ChunkSize) / rate * float64(time.Second))

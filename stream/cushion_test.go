@@ -26,13 +26,13 @@ func TestStartCushionFollowsSessions(t *testing.T) {
 		return l
 	}
 	first := newLive()
-	if got := sched.startCushion(first); got != ms(5) {
+	if got := sched.startCushion(first, sched.modelSessions()); got != ms(5) {
 		t.Errorf("one session: start cushion %d samples, want the processor's own %d", got, ms(5))
 	}
 	for range 3 {
 		newLive()
 	}
-	if got, want := sched.startCushion(first), ms(4*25-20); got != want {
+	if got, want := sched.startCushion(first, sched.modelSessions()), ms(4*25-20); got != want {
 		t.Errorf("four sessions, no step seen: start cushion %d samples, want %d (4 × 25 ms − 20 ms)", got, want)
 	}
 
@@ -40,13 +40,13 @@ func TestStartCushionFollowsSessions(t *testing.T) {
 	now := time.Now()
 	sched.steps.note("model", 50*time.Millisecond, now.Add(-2*time.Second), func() int { return 4 })
 	sched.steps.note("model", 10*time.Millisecond, now, func() int { return 4 })
-	if got, want := sched.startCushion(first), ms(50-20); got != want {
+	if got, want := sched.startCushion(first, sched.modelSessions()), ms(50-20); got != want {
 		t.Errorf("four sessions, a 50 ms step seen with four: start cushion %d samples, want %d", got, want)
 	}
 	for range 4 {
 		newLive()
 	}
-	if got, want := sched.startCushion(first), ms(100-20); got != want {
+	if got, want := sched.startCushion(first, sched.modelSessions()), ms(100-20); got != want {
 		t.Errorf("eight sessions, a 50 ms step seen with four: start cushion %d samples, want %d", got, want)
 	}
 
@@ -120,7 +120,7 @@ func TestStartCushionFromShared(t *testing.T) {
 		{8, 16, 2*120 - 20}, // sixteen: the eight's step, doubled
 	} {
 		open(tc.open)
-		if got := sched.startCushion(first); got != ms(tc.want) {
+		if got := sched.startCushion(first, sched.modelSessions()); got != ms(tc.want) {
 			t.Errorf("%d sessions: start cushion %d samples, want %d (%d ms)", tc.sessions, got, ms(tc.want), tc.want)
 		}
 	}

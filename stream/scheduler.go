@@ -434,7 +434,7 @@ func isBuiltin(p Processor) bool {
 func (l *Live) Pull(dst []float32, now time.Time) int {
 	if !l.builtin.Load() {
 		n := l.sched.modelSessions()
-		l.sess.setStartCushion(l.sched.cushionFor(l, n), n)
+		l.sess.setStartCushion(l.sched.startCushion(l, n), n)
 	}
 	if l.playing.Load() {
 		return l.sess.Pull(dst, now)

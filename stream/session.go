@@ -106,8 +106,8 @@ type Session struct {
 	// output has not yet been stretched by.
 	granted, owed int
 	sessions      int // the most model sessions open since the start (setStartCushion)
-	// last is the last pull's output, and lastFull says it was all audio: a stretch
-	// replays it.
+	// last is the last pull's output, kept while a stretch is owed, and lastFull says it
+	// was kept and all audio: a stretch replays it.
 	last     []float32
 	lastFull bool
 	idle     int // pulls in a row that found no output and no input waiting
@@ -454,8 +454,11 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 		// The gap delayed what follows as a stretch would have.
 		s.owed = min(s.owed, max(s.owed-(len(dst)-n), 0))
 	}
-	s.last = append(s.last[:0], dst...)
-	s.lastFull = n == len(dst)
+	// Only a session that owes a stretch keeps its pull to replay (the next one replays it).
+	s.lastFull = s.owed > 0 && n == len(dst)
+	if s.lastFull {
+		s.last = append(s.last[:0], dst...)
+	}
 	return n
 }
 
