@@ -67,7 +67,8 @@ bench-models: build
 	@mkdir -p $(BENCH_MODELS)
 	@[ -f $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf ] || ./$(BIN) mkmodel --family miotts --size 0.6b --dtype q8_0 --out $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf
 	@[ -f $(BENCH_MODELS)/miotts-0.6b-f32.gguf ] || ./$(BIN) mkmodel --family miotts --size 0.6b --dtype f32 --out $(BENCH_MODELS)/miotts-0.6b-f32.gguf
-	@[ -f $(BENCH_MODELS)/miocodec.gguf ] || ./$(BIN) mkmodel --family miocodec --out $(BENCH_MODELS)/miocodec.gguf
+	@# The codec in Q8_0, as `voxpipe pull miocodec` gets it (its published GGUF).
+	@[ -f $(BENCH_MODELS)/miocodec-q8_0.gguf ] || ./$(BIN) mkmodel --family miocodec --dtype q8_0 --out $(BENCH_MODELS)/miocodec-q8_0.gguf
 	@[ -f $(BENCH_MODELS)/meanvc2.gguf ] || ./$(BIN) mkmodel --family meanvc2 --out $(BENCH_MODELS)/meanvc2.gguf
 	@[ -f $(BENCH_MODELS)/meanvc2-40ms.gguf ] || ./$(BIN) mkmodel --family meanvc2 --variant 40ms --out $(BENCH_MODELS)/meanvc2-40ms.gguf
 	@# The MioTTS 0.6B originals (Hugging Face folder, 2.4 GB f32 safetensors in two shards) for the import benchmark.
@@ -77,10 +78,10 @@ bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the mod
 	@# The LM benchmarks (batched decode steps, a joining stream's prefill) on the real-size model.
 	@# The MeanVC2 benchmark times each stage batched over 1…16 streams, MioCodec's its windows over 1…8.
 	VOXPIPE_QWEN3_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf VOXPIPE_MIOTTS_MODEL=$(BENCH_MODELS)/miotts-0.6b-q8_0.gguf \
-	  VOXPIPE_MEANVC2_MODEL=$(BENCH_MODELS)/meanvc2.gguf VOXPIPE_MIOCODEC_MODEL=$(BENCH_MODELS)/miocodec.gguf \
+	  VOXPIPE_MEANVC2_MODEL=$(BENCH_MODELS)/meanvc2.gguf VOXPIPE_MIOCODEC_MODEL=$(BENCH_MODELS)/miocodec-q8_0.gguf \
 	  $(GO) test -run '^$$' -bench . -benchtime 1s ./...
-	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --streams 1,2,4,8 --json
-	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec.gguf --threads 2 --json
+	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec-q8_0.gguf --threads 2 --streams 1,2,4,8 --json
+	./$(BIN) bench miotts --model $(BENCH_MODELS)/miotts-0.6b-f32.gguf --codec $(BENCH_MODELS)/miocodec-q8_0.gguf --threads 2 --json
 	@# voxpipe import of the MioTTS 0.6B originals: wall time, peak RSS (goal ≤ 1.5 × the largest input file), input MB/s.
 	sh tools/ckptgen/import-bench.sh ./$(BIN) miotts $(BENCH_MODELS)/miotts-0.6b-orig f32
 	sh tools/ckptgen/import-bench.sh ./$(BIN) miotts $(BENCH_MODELS)/miotts-0.6b-orig q8_0
@@ -96,6 +97,8 @@ bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the mod
 	./$(BIN) bench loopback --voice meanvc2 --model $(BENCH_MODELS)/meanvc2.gguf --ref testdata/speech_en_48k.wav --sessions 8 --seconds 20 --stagger 500ms --json
 	@# LiveKit (worker/): rooms per worker with MeanVC2 (dsp rooms and the SFU latency ran with ./... above)
 	VOXPIPE_BENCH_VC_MODEL=$(BENCH_MODELS)/meanvc2.gguf $(GO) test -run '^$$' -bench RoomsPerWorker -benchtime 1x ./worker/
+	@# TTS WebSocket sessions on the real-size models: admission, TTFA and late chunks as load grows.
+	for n in 1 2 4 8 16; do ./$(BIN) bench tts-load --model $(BENCH_MODELS)/miotts-0.6b-q8_0.gguf --codec $(BENCH_MODELS)/miocodec-q8_0.gguf --sessions $$n --seconds 10 --json || exit 1; done
 	./$(BIN) bench tts-load --sessions 1 --seconds 10 --json
 	./$(BIN) bench tts-load --sessions 20 --seconds 10 --slots 2 --queue 50ms --json
 	./$(BIN) bench gemm --json
