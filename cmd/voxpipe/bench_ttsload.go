@@ -18,16 +18,23 @@ import (
 
 // ttsLoadResult are the figures of `voxpipe bench tts-load`.
 type ttsLoadResult struct {
-	Sessions      int     `json:"sessions"`
-	Seconds       float64 `json:"seconds"`
-	Utterances    int     `json:"utterances"`
-	TTFAMsP50     float64 `json:"ttfa_ms_p50"`
-	TTFAMsP95     float64 `json:"ttfa_ms_p95"`
-	Rejected      int     `json:"rejected"`
-	Chunks        int     `json:"chunks"`
-	LateChunks    int     `json:"late_chunks"`
-	LatePercent   float64 `json:"late_percent"`
-	AudioSeconds  float64 `json:"audio_seconds"`
+	Sessions     int     `json:"sessions"`
+	Seconds      float64 `json:"seconds"`
+	Utterances   int     `json:"utterances"`
+	TTFAMsP50    float64 `json:"ttfa_ms_p50"`
+	TTFAMsP95    float64 `json:"ttfa_ms_p95"`
+	Rejected     int     `json:"rejected"`
+	Chunks       int     `json:"chunks"`
+	LateChunks   int     `json:"late_chunks"`
+	LatePercent  float64 `json:"late_percent"`
+	AudioSeconds float64 `json:"audio_seconds"`
+	// TokensPerS is every session's speech tokens over the run's wall time: the audio
+	// received at a token per 40 ms (MioCodec's 25 Hz).
+	TokensPerS float64 `json:"tokens_per_s"`
+	// RTFP50 and RTFMax are over the utterances: the time from speak to done over the
+	// audio received (admission's wait included); above 1 an utterance fell behind real time.
+	RTFP50        float64 `json:"rtf_p50"`
+	RTFMax        float64 `json:"rtf_max"`
 	CPUPercent    float64 `json:"cpu_percent"`
 	ServerStarted bool    `json:"server_started"`
 }
@@ -73,7 +80,7 @@ func runBenchTTSLoad(args []string, stdout, stderr io.Writer) error {
 	start := time.Now()
 	deadline := start.Add(time.Duration(*seconds * float64(time.Second)))
 	var mu sync.Mutex
-	var ttfas []float64
+	var ttfas, rtfs []float64
 	var wg sync.WaitGroup
 	errc := make(chan error, *sessions)
 	for i := range *sessions {
@@ -82,6 +89,7 @@ func runBenchTTSLoad(args []string, stdout, stderr io.Writer) error {
 			mu.Lock()
 			defer mu.Unlock()
 			ttfas = append(ttfas, st.ttfas...)
+			rtfs = append(rtfs, st.rtfs...)
 			res.Utterances += len(st.ttfas)
 			res.Rejected += st.rejected
 			res.Chunks += st.chunks
@@ -102,6 +110,8 @@ func runBenchTTSLoad(args []string, stdout, stderr io.Writer) error {
 		res.CPUPercent = 100 * (cpu1 - cpu0).Seconds() / wall.Seconds()
 	}
 	res.TTFAMsP50, res.TTFAMsP95 = percentile(ttfas, 50), percentile(ttfas, 95)
+	res.TokensPerS = res.AudioSeconds / speechTokenPeriod.Seconds() / wall.Seconds()
+	res.RTFP50, res.RTFMax = percentile(rtfs, 50), percentile(rtfs, 100)
 	if res.Chunks > 0 {
 		res.LatePercent = 100 * float64(res.LateChunks) / float64(res.Chunks)
 	}
@@ -109,14 +119,19 @@ func runBenchTTSLoad(args []string, stdout, stderr io.Writer) error {
 		return json.NewEncoder(stdout).Encode(res)
 	}
 	fmt.Fprintf(stdout, "%d TTS sessions for %.0f s: %d utterances, %.1f s of audio\n", res.Sessions, res.Seconds, res.Utterances, res.AudioSeconds)
+	fmt.Fprintf(stdout, "  %.1f speech tokens/s together; per utterance (speak to done ÷ its audio) RTF p50 %.2f, max %.2f\n",
+		res.TokensPerS, res.RTFP50, res.RTFMax)
 	fmt.Fprintf(stdout, "  time to first audio p50 %.0f ms, p95 %.0f ms\n", res.TTFAMsP50, res.TTFAMsP95)
 	fmt.Fprintf(stdout, "  rejected (busy) %d; late chunks %d of %d (%.2f %%); server CPU %.0f %%\n",
 		res.Rejected, res.LateChunks, res.Chunks, res.LatePercent, res.CPUPercent)
 	return nil
 }
 
+// speechTokenPeriod is the audio of one MioTTS speech token (MioCodec's 25 Hz).
+const speechTokenPeriod = 40 * time.Millisecond
+
 type loadStats struct {
-	ttfas        []float64
+	ttfas, rtfs  []float64
 	rejected     int
 	chunks, late int
 	audio        float64 // seconds
@@ -170,6 +185,9 @@ func loadSession(url string, n int, text string, maxTokens int, deadline time.Ti
 				st.rejected++
 				time.Sleep(time.Duration(max(200, min(m.RetryAfterMs, 1000))) * time.Millisecond)
 			case "done":
+				if samples > 0 {
+					st.rtfs = append(st.rtfs, time.Since(sent).Seconds()*rate/float64(samples))
+				}
 			}
 			if m.Type != "audio" {
 				break

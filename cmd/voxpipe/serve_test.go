@@ -159,6 +159,13 @@ func TestBenchTTSLoad(t *testing.T) {
 	if res.Utterances == 0 || res.AudioSeconds <= 0 || res.TTFAMsP50 <= 0 || !res.ServerStarted {
 		t.Errorf("figures: %+v", res)
 	}
+	// Speech tokens are the audio at 25 a second, over a wall time of at least the 2 s asked.
+	if res.TokensPerS <= 0 || res.TokensPerS > res.AudioSeconds*25/2 {
+		t.Errorf("tokens/s %.1f for %.1f s of audio in a 2 s run", res.TokensPerS, res.AudioSeconds)
+	}
+	if res.RTFP50 <= 0 || res.RTFMax < res.RTFP50 {
+		t.Errorf("RTF p50 %.2f, max %.2f", res.RTFP50, res.RTFMax)
+	}
 	t.Logf("%+v", res)
 }
 
