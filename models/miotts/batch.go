@@ -43,6 +43,36 @@ type stepper struct {
 	gapWindow [qwen3.MaxBatch + 1]gapWindow
 
 	playing map[*playout]struct{} // the pieces speaking now (under mu)
+
+	// A joining stream's prefill holds the engine between the other streams' rounds (in
+	// chunks): every speaking piece's next tokens come that much later, which the token gaps
+	// admission predicts from do not show. joinCost is a running mean of prefills run while
+	// others generated, aloneCost of those run alone (under mu; 0: none measured yet).
+	joinCost, aloneCost time.Duration
+}
+
+// notePrefill counts a prefill's wall time; shared: other streams generated meanwhile.
+func (st *stepper) notePrefill(d time.Duration, shared bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	c := &st.aloneCost
+	if shared {
+		c = &st.joinCost
+	}
+	if *c > 0 {
+		d = (3**c + d) / 4
+	}
+	*c = d
+}
+
+// joinDelay is how much later a join is predicted to make every speaking piece's tokens:
+// the measured shared prefill, else twice one measured alone (chunks take about twice as
+// long, lm.go), else 0. st.mu is held.
+func (st *stepper) joinDelay() time.Duration {
+	if st.joinCost > 0 {
+		return st.joinCost
+	}
+	return 2 * st.aloneCost
 }
 
 // gapSpan is how long one window of token gaps lasts. The mean must cover whole codec
@@ -111,7 +141,8 @@ const gapGrowth = 1.5
 
 // Fits reports whether active+1 streams would generate in real time together: each
 // stream's gap between tokens within gapBudget, and no piece speaking now predicted to fall
-// behind its playout (playout.onTime) at the gap predicted for one stream more. A count of
+// behind its playout (playout.onTime) at the gap predicted for one stream more, after the
+// delay the joining stream's prefill adds (joinDelay). A count of
 // streams measured in the last gapAge is judged by its gap; one stream beyond the most
 // measured is predicted from it (gapGrowth); further than that is refused until the count in
 // between has run (capacity is probed a stream at a time). One stream alone always fits:
@@ -132,9 +163,9 @@ func (st *stepper) fits(b int) bool {
 	if gap == 0 || gap > gapBudget || b > from+1 {
 		return false
 	}
-	now := time.Now()
+	now, delay := time.Now(), st.joinDelay()
 	for p := range st.playing {
-		if !p.onTime(now, gap) {
+		if !p.onTime(now, gap, delay) {
 			return false
 		}
 	}

@@ -293,8 +293,8 @@ func (lm *LM) Generate(ctx context.Context, text string, opt GenOptions, emit fu
 	// at a time, and their rounds get a turn between chunks instead of waiting for the whole
 	// prompt (a 120-token prompt held them 0.74 s in one program, at most 0.17 s in chunks of
 	// 16 — which take this stream twice as long). Alone, it goes in one program.
-	chunk := len(prompt)
-	if lm.steps.generating() > 0 {
+	chunk, shared := len(prompt), lm.steps.generating() > 0
+	if shared {
 		chunk = prefillChunk
 	}
 	var logits []float32
@@ -304,6 +304,7 @@ func (lm *LM) Generate(ctx context.Context, text string, opt GenOptions, emit fu
 		}
 	}
 	st.Prefill = time.Since(t0)
+	lm.steps.notePrefill(st.Prefill, shared)
 	history := append(make([]int32, 0, len(prompt)+maxNew), prompt...)
 	// From here the stream's steps run batched with the other generating streams'.
 	lm.steps.join()

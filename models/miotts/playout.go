@@ -96,9 +96,10 @@ func (p *playout) slack(now time.Time, gap time.Duration) time.Duration {
 	return least
 }
 
-// onTime reports whether the piece stays within lateTolerance of its schedule at gap.
-func (p *playout) onTime(now time.Time, gap time.Duration) bool {
-	return p.slack(now, gap) >= -lateTolerance
+// onTime reports whether the piece stays within lateTolerance of its schedule at gap, its
+// tokens starting delay later.
+func (p *playout) onTime(now time.Time, gap, delay time.Duration) bool {
+	return p.slack(now, gap)-delay >= -lateTolerance
 }
 
 // rampFor is the longest tail of ramp (the earliest first audio) whose schedule a new piece
@@ -111,7 +112,7 @@ func rampFor(ramp []int, o miocodec.StreamOptions, gap time.Duration, codec *cod
 	now := time.Now()
 	for i := range ramp {
 		o.Ramp = ramp[i:]
-		if newPlayout(o, codec).onTime(now, gap) {
+		if newPlayout(o, codec).onTime(now, gap, 0) {
 			return ramp[i:]
 		}
 	}

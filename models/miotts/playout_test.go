@@ -27,7 +27,7 @@ func TestPlayoutSlack(t *testing.T) {
 	if got, want := p.slack(now, 20*ms), 460*ms-14*20*ms; got != want {
 		t.Errorf("slack mid-stream: %v, want %v", got, want)
 	}
-	if !p.onTime(now, 20*ms) || p.onTime(now, 50*ms) {
+	if !p.onTime(now, 20*ms, 0) || p.onTime(now, 50*ms, 0) {
 		t.Error("onTime disagrees with the slack")
 	}
 
@@ -81,7 +81,7 @@ func TestPlayoutCodecCost(t *testing.T) {
 		t.Errorf("2 ms a decoded token at 22 ms a token: ramp %v, want [16]", got)
 	}
 	o.Ramp = got
-	if !newPlayout(o, &c).onTime(now, 22*ms) {
+	if !newPlayout(o, &c).onTime(now, 22*ms, 0) {
 		t.Error("the chosen ramp is late")
 	}
 }
@@ -108,7 +108,7 @@ func TestRampFor(t *testing.T) {
 		}
 		prev = len(got)
 		o.Ramp = got
-		if !newPlayout(o, nil).onTime(time.Now(), gap) && len(got) > 0 {
+		if !newPlayout(o, nil).onTime(time.Now(), gap, 0) && len(got) > 0 {
 			t.Errorf("%v a token: the chosen ramp %v is late", gap, got)
 		}
 	}
@@ -149,6 +149,41 @@ func TestFitsProtectsPlayout(t *testing.T) {
 	p.first.Store(now.UnixNano())
 	if !lm.Fits(1) {
 		t.Error("a piece that ended still refuses streams")
+	}
+}
+
+// TestFitsCountsTheJoinersPrefill: a joining stream's prefill delays every speaking piece by
+// its length, so a piece whose lead covers the slower tokens but not that delay refuses the
+// join; the delay is the mean prefill measured beside other streams, else twice one measured
+// alone.
+func TestFitsCountsTheJoinersPrefill(t *testing.T) {
+	ms := time.Millisecond
+	lm := &LM{steps: newStepper(nil)}
+	now := time.Now()
+	lm.steps.tokenGap[1], lm.steps.gapAt[1] = 12*ms, now
+	lm.steps.tokenGap[2], lm.steps.gapAt[2] = 30*ms, now
+	p := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp}, nil)
+	p.generated.Store(100)
+	p.first.Store(now.Add(-2 * time.Second).UnixNano())
+	defer lm.steps.play(p)()
+	lead := p.slack(time.Now(), 30*ms) + lateTolerance // what the piece can lose
+	if lead <= 100*ms {
+		t.Fatalf("the piece's lead %v leaves no room for the test", lead)
+	}
+	if !lm.Fits(1) {
+		t.Fatal("no prefill measured: a piece with lead refuses a second stream")
+	}
+	lm.steps.notePrefill(lead/2+20*ms, false) // alone: counts twice
+	if lm.Fits(1) {
+		t.Errorf("a join delaying the piece by %v (its lead %v) fits", lm.steps.joinDelay(), lead)
+	}
+	lm.steps.notePrefill(lead-50*ms, true) // measured beside other streams: replaces the estimate
+	if d := lm.steps.joinDelay(); d != lead-50*ms || !lm.Fits(1) {
+		t.Errorf("join delay %v (want %v), fits %v with lead %v", d, lead-50*ms, lm.Fits(1), lead)
+	}
+	lm.steps.notePrefill(lead+350*ms, true) // a running mean: (3·old + new) / 4
+	if d, want := lm.steps.joinDelay(), (3*(lead-50*ms)+lead+350*ms)/4; d != want || lm.Fits(1) {
+		t.Errorf("join delay %v (want %v), fits %v with lead %v", d, want, lm.Fits(1), lead)
 	}
 }
 
