@@ -452,7 +452,7 @@ func (s *Session) Pull(dst []float32, now time.Time) int {
 	if n < len(dst) && s.started && s.taken < s.pushed {
 		s.stats.Underflows++ // input waits that would have filled it: its output came late
 		// The gap delayed what follows as a stretch would have.
-		s.owed = min(s.owed, max(s.owed-(len(dst)-n), 0))
+		s.owed = max(s.owed-(len(dst)-n), 0)
 	}
 	// Only a session that owes a stretch keeps its pull to replay (the next one replays it).
 	s.lastFull = s.owed > 0 && n == len(dst)

@@ -114,14 +114,21 @@ func TestRampFor(t *testing.T) {
 	}
 }
 
+// lmWithGaps is an LM (no model) whose stepper has measured, just now, the given token gaps
+// for 1, 2, … streams.
+func lmWithGaps(gaps ...time.Duration) (*LM, time.Time) {
+	lm, now := &LM{steps: newStepper(nil)}, time.Now()
+	for i, g := range gaps {
+		lm.steps.tokenGap[i+1], lm.steps.gapAt[i+1] = g, now
+	}
+	return lm, now
+}
+
 // TestFitsProtectsPlayout: a measured gap within the budget still refuses a stream while a
 // piece speaking now would fall behind its playout at the gap one more stream brings.
 func TestFitsProtectsPlayout(t *testing.T) {
 	ms := time.Millisecond
-	lm := &LM{steps: newStepper(nil)}
-	now := time.Now()
-	lm.steps.tokenGap[1], lm.steps.gapAt[1] = 12*ms, now
-	lm.steps.tokenGap[2], lm.steps.gapAt[2] = 30*ms, now
+	lm, now := lmWithGaps(12*ms, 30*ms)
 	if !lm.Fits(1) {
 		t.Fatal("2 streams at 30 ms do not fit with no piece speaking")
 	}
@@ -158,10 +165,7 @@ func TestFitsProtectsPlayout(t *testing.T) {
 // alone.
 func TestFitsCountsTheJoinersPrefill(t *testing.T) {
 	ms := time.Millisecond
-	lm := &LM{steps: newStepper(nil)}
-	now := time.Now()
-	lm.steps.tokenGap[1], lm.steps.gapAt[1] = 12*ms, now
-	lm.steps.tokenGap[2], lm.steps.gapAt[2] = 30*ms, now
+	lm, now := lmWithGaps(12*ms, 30*ms)
 	p := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp}, nil)
 	p.generated.Store(100)
 	p.first.Store(now.Add(-2 * time.Second).UnixNano())
