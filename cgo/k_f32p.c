@@ -487,6 +487,9 @@ static void transpose_task(void *p, int64_t t) {
 	}
 }
 
+static int conv_f32p(vx_ctx *ctx, conv2d_p_job *jp, const vx_tensor *Wt, const vx_tensor *bias, const vx_tensor *X,
+                     const vx_tensor *Y, int64_t B);
+
 int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,
                    const vx_tensor *Y) {
 	if (!vx_tensor_ok(X, VX_F32) || !vx_tensor_ok(Y, VX_F32) || X->ndim != 4 || Wt->ndim != 4 || Y->ndim != 4 || !Wt->data)
@@ -516,6 +519,15 @@ int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const v
 		return VX_ERR_BAD_SHAPE;
 	if (B == 0 || j.Cout == 0 || j.P == 0)
 		return VX_OK;
+	for (int d = 0; d < 4; d++)
+		j.sx[d] = X->stride[d];
+	return conv_f32p(ctx, &j, Wt, bias, X, Y, B);
+}
+
+/* Runs a checked job: per batch element, the patches (im2col), the Linear, the transpose. */
+static int conv_f32p(vx_ctx *ctx, conv2d_p_job *jp, const vx_tensor *Wt, const vx_tensor *bias, const vx_tensor *X,
+                     const vx_tensor *Y, int64_t B) {
+	conv2d_p_job j = *jp;
 	if (bias) {
 		j.bias = bias->data;
 		j.sbias = bias->stride[bias->ndim - 1];
@@ -525,8 +537,6 @@ int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const v
 		return VX_ERR_NOMEM;
 	j.cols = s;
 	j.out = s + j.P * j.K;
-	for (int d = 0; d < 4; d++)
-		j.sx[d] = X->stride[d];
 	for (int64_t b = 0; b < B; b++) {
 		j.x = (const float *)X->data + b * X->stride[0];
 		j.y = (float *)Y->data + b * Y->stride[0];
@@ -541,4 +551,40 @@ int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const v
 		vx_parallel_for(ctx, (j.Cout + TRANSPOSE_CH - 1) / TRANSPOSE_CH, transpose_task, &j);
 	}
 	return VX_OK;
+}
+
+/* Conv1D over a packed kernel (VX_F32_P [Cout, Cin, K], no groups): the Conv2D path with one
+ * row of height 1, the left padding as given and the right one implied by the output's
+ * length. The vocoders' embedding convs and MioCodec's residual convs run a few frames at a
+ * time, where the generic im2col GEMM reached a fifth of the machine's peak. */
+int vx_conv1d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,
+                   const vx_tensor *Y) {
+	if (!vx_tensor_ok(X, VX_F32) || !vx_tensor_ok(Y, VX_F32) || X->ndim != 3 || Wt->ndim != 3 || Y->ndim != 3 || !Wt->data)
+		return VX_ERR_BAD_SHAPE;
+	/* ip: 0 stride, 1 pad left, 2 pad right, 3 dilation, 4 groups */
+	conv2d_p_job j = {.Cin = X->shape[1], .H = 1, .W = X->shape[2], .KH = 1, .KW = Wt->shape[2], .sh = 1, .sw = node->ip[0],
+	                  .ph = 0, .pw = node->ip[1], .dh = 1, .dw = node->ip[3], .Cout = Wt->shape[0]};
+	int64_t B = X->shape[0], padr = node->ip[2];
+	if (node->ip[4] != 1 || Wt->shape[1] != j.Cin || j.sw < 1 || j.dw < 1 || j.pw < 0 || padr < 0 || j.KW < 1)
+		return VX_ERR_BAD_SHAPE;
+	if (bias && (!vx_tensor_ok(bias, VX_F32) || vx_numel(bias) != j.Cout))
+		return VX_ERR_BAD_SHAPE;
+	int64_t span = j.W + j.pw + padr - j.dw * (j.KW - 1) - 1;
+	if (span < 0)
+		return VX_ERR_BAD_SHAPE;
+	j.OW = span / j.sw + 1;
+	j.P = j.OW;
+	j.K = j.Cin * j.KW;
+	if (Y->shape[0] != B || Y->shape[1] != j.Cout || Y->shape[2] != j.OW || (j.OW > 1 && Y->stride[2] != 1))
+		return VX_ERR_BAD_SHAPE;
+	j.syc = j.Cout > 1 ? Y->stride[1] : j.P;
+	if (j.Cout > 1 && j.syc < j.P)
+		return VX_ERR_BAD_SHAPE;
+	if (B == 0 || j.Cout == 0)
+		return VX_OK;
+	j.sx[0] = X->stride[0];
+	j.sx[1] = X->stride[1];
+	j.sx[2] = 0;
+	j.sx[3] = X->stride[2];
+	return conv_f32p(ctx, &j, Wt, bias, X, Y, B);
 }

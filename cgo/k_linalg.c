@@ -613,6 +613,8 @@ static void conv1d_dw_task(void *p, int64_t i) {
 int vx_k_conv1d(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	const vx_tensor *X = vx_src(node, t, 0), *W = vx_src(node, t, 1), *bias = vx_src(node, t, 2);
 	const vx_tensor *Y = &t[node->dst];
+	if (W && W->dtype == VX_F32_P)
+		return vx_conv1d_f32p(ctx, node, X, W, bias, Y);
 	if (!is_f32(X) || !is_f32(W) || !is_f32(Y) || X->ndim != 3 || W->ndim != 3 || Y->ndim != 3)
 		return VX_ERR_BAD_SHAPE;
 	conv1d_job j;

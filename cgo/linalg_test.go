@@ -479,6 +479,22 @@ func TestConv1D(t *testing.T) {
 			}
 			compare(t, name, out, want, mag)
 		})
+		if c.g == 1 { // the same with the kernel packed as models/nn loads it (F32P)
+			pw := packedKernel(t, w, c.Cout, c.Cin*c.K)
+			pts := slices.Clone(ts)
+			pts[1] = Tensor{Data: pw.Ptr(), DType: F32P, Shape: w.shape, Stride: Contiguous(w.shape)}
+			for _, rows := range []int64{1 << 30, 0} { // the native kernel, then OpenBLAS
+				old := SetF32PNativeRows(rows)
+				variants(t, out, func(t *testing.T, ctx *Context) {
+					if err := runNode(t, ctx, node, pts); err != nil {
+						t.Fatalf("%s packed: %v", name, err)
+					}
+					compare(t, name+" packed", out, want, mag)
+				})
+				SetF32PNativeRows(old)
+			}
+			pw.Free()
+		}
 		x.free()
 		w.free()
 		out.free()
@@ -489,6 +505,18 @@ func TestConv1D(t *testing.T) {
 			return
 		}
 	}
+}
+
+// packedKernel packs a contiguous convolution kernel view [Cout, ...] into F32P panels, each
+// output channel's row values a row, as models/nn loads it.
+func packedKernel(t *testing.T, w *view, cout, row int64) *Buffer {
+	t.Helper()
+	raw := w.buf.Float32s()[:cout*row] // a dense view in natural order
+	packed := make([]byte, WeightBytes(F32P, cout, row))
+	if err := RepackF32P(packed, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 4*len(raw)), cout, row); err != nil {
+		t.Fatal(err)
+	}
+	return cBytes(t, packed)
 }
 
 func TestConv1DBadShapes(t *testing.T) {
@@ -586,16 +614,7 @@ func TestConv2D(t *testing.T) {
 			compare(t, name, out, want, mag)
 		})
 		if c.g == 1 { // the same with the kernel packed as models/nn loads it (F32P)
-			raw := make([]float32, c.Cout*c.Cin*c.KH*c.KW)
-			for i := range raw {
-				co, r := int64(i)/(c.Cin*c.KH*c.KW), int64(i)%(c.Cin*c.KH*c.KW)
-				raw[i] = float32(w.at(co, r/(c.KH*c.KW), r/c.KW%c.KH, r%c.KW))
-			}
-			packed := make([]byte, WeightBytes(F32P, c.Cout, c.Cin*c.KH*c.KW))
-			if err := RepackF32P(packed, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 4*len(raw)), c.Cout, c.Cin*c.KH*c.KW); err != nil {
-				t.Fatal(err)
-			}
-			pw := cBytes(t, packed)
+			pw := packedKernel(t, w, c.Cout, c.Cin*c.KH*c.KW)
 			pts := slices.Clone(ts)
 			pts[1] = Tensor{Data: pw.Ptr(), DType: F32P, Shape: w.shape, Stride: Contiguous(w.shape)}
 			for _, rows := range []int64{1 << 30, 0} { // the native kernel, then OpenBLAS

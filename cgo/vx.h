@@ -228,6 +228,9 @@ int vx_linear_f32p(vx_ctx *ctx, const float *x, const void *w, int wtype, const 
 /* VX_OP_CONV2D with a VX_F32_P kernel [Cout, Cin, KH, KW] (no groups). */
 int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,
                    const vx_tensor *Y);
+/* VX_OP_CONV1D with a VX_F32_P kernel [Cout, Cin, K] (no groups). */
+int vx_conv1d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,
+                   const vx_tensor *Y);
 /* Products of up to this many rows run the native kernel, larger ones OpenBLAS (tunable for
  * bench gemm's comparison). */
 extern int64_t vx_f32p_native_rows;

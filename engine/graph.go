@@ -251,6 +251,7 @@ func (g *Graph) addNode(op cgo.Op, shape []int64, dtype DType, src []Tensor, ip 
 	for i, s := range src {
 		if IsQuantized(s.DType()) && !(op == cgo.OpLinearQ && i == 1) && !(op == cgo.OpGatherRows && i == 0) &&
 			!(op == cgo.OpConv2D && i == 1 && s.DType() == F32P && ip[6] == 1) &&
+			!(op == cgo.OpConv1D && i == 1 && s.DType() == F32P && ip[4] == 1) &&
 			!(op == cgo.OpAttention && (i == 1 || i == 2) && s.DType() == F16) {
 			return g.fail(opName(op), quantMisuse(s.info()), src...)
 		}

@@ -678,7 +678,13 @@ func (g *Graph) Conv1D(x, w Tensor, bias *Tensor, stride, padLeft, padRight, dil
 	if tOut < 1 {
 		return g.fail("Conv1D", "input shorter than the kernel", x, w)
 	}
-	w = g.Contiguous(w)
+	if w.DType() == F32P { // packed at load: a persistent kernel, read as is
+		if groups != 1 || w.info().kind != kindPersistent {
+			return g.fail("Conv1D", "a packed (F32P) kernel takes a persistent weight and no groups", x, w)
+		}
+	} else {
+		w = g.Contiguous(w)
+	}
 	return g.addNode(cgo.OpConv1D, []int64{x.Dim(0), cout, tOut}, F32, srcs(x, &w, bias),
 		[8]int64{stride, padLeft, padRight, dilation, groups}, [4]float32{})
 }

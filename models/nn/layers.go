@@ -93,8 +93,13 @@ type Conv1d struct {
 }
 
 // NewConv1d declares a Conv1d in → out with kernel k in groups, with a bias when bias is set.
+// Without groups its F32 weight is packed (F32P) when a row (in·k values, k > 1) has 64 values
+// or more, as a Conv2d's is.
 func NewConv1d(in, out, k, groups int, bias bool) Conv1d {
 	c := Conv1d{Weight: Shaped(shapeOr(out, in/max(groups, 1), k)...)}
+	if groups <= 1 {
+		c.Weight.enc = kernelEnc // packed for the small-matrix kernel where its rows are long enough
+	}
 	if bias {
 		c.Bias = declaredBias(out)
 	}

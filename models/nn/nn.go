@@ -31,7 +31,7 @@ const (
 	f32Only   encoding = iota // any op reads it: F32
 	linearEnc                 // a Linear weight: Q8_0 (repacked for the decode kernel) or F16 (packed: F16P)
 	rowsEnc                   // a GatherRows table: Q8_0 or F16 rows
-	kernelEnc                 // a Conv2d weight: F32 packed (F32P)
+	kernelEnc                 // a Conv2d or ungrouped Conv1d weight: F32 packed (F32P)
 )
 
 // Tensor is one weight in a backend buffer. Before Bind, Shape is the expected shape (-1 a
@@ -144,9 +144,20 @@ func (m *Matrix) Load(src weights.Source, name string, shape []int, a engine.All
 type Kernel struct{ Tensor }
 
 // packsF32 reports whether t keeps F32 values of this (storage) shape packed (F32P): a Linear
-// weight [out, in], or a Kernel whose rows have 64 values or more.
+// weight [out, in], or a convolution kernel ([out, in, kh, kw] or [out, in, k]) whose rows
+// have 64 values or more.
 func (t *Tensor) packsF32(shape []int64) bool {
-	return t.enc == linearEnc && len(shape) == 2 || t.enc == kernelEnc && len(shape) == 4 && shape[1]*shape[2]*shape[3] >= 64
+	if t.enc == linearEnc {
+		return len(shape) == 2
+	}
+	if t.enc != kernelEnc || len(shape) != 4 && !(len(shape) == 3 && shape[2] > 1) {
+		return false // a 1-wide Conv1d runs as a plain product over its input, unpacked
+	}
+	row := int64(1)
+	for _, d := range shape[1:] {
+		row *= d
+	}
+	return row >= 64
 }
 
 // Load implements weights.Leaf.

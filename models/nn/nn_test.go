@@ -2,6 +2,7 @@ package nn
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -126,5 +127,64 @@ func TestDeclaredBias(t *testing.T) {
 	ShapeOnly(s)
 	if b := s.Blocks[0].FF.Weight.Buf; b == nil || b.Shape()[0] != 64 || b.Raw() != nil {
 		t.Errorf("shape-only weight %v", b)
+	}
+}
+
+// An ungrouped Conv1d with rows of 64 values or more loads packed (F32P) and convolves as the
+// same layer kept in F32 does, within float32 rounding; grouped and 1-wide ones stay F32.
+func TestConv1dPacked(t *testing.T) {
+	type net struct {
+		Packed    Conv1d `gguf:"a"`
+		Plain     Conv1d `gguf:"a"` // the same weights, declared without NewConv1d: unpacked
+		Depthwise Conv1d `gguf:"dw"`
+		Pointwise Conv1d `gguf:"pw"`
+	}
+	declareNet := func() *net {
+		return &net{Packed: NewConv1d(32, 24, 3, 1, true), Plain: Conv1d{Weight: Shaped(24, 32, 3), Bias: Shaped(24)},
+			Depthwise: NewConv1d(32, 32, 5, 32, true), Pointwise: NewConv1d(32, 24, 1, 1, false)}
+	}
+	be, err := engine.NewCPU(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	m := declareNet()
+	if err := Bind(weights.Random(Specs(declareNet()), 3), be, m); err != nil {
+		t.Fatal(err)
+	}
+	defer Free(m)
+	for _, c := range []struct {
+		name string
+		got  engine.DType
+		want engine.DType
+	}{{"packed", m.Packed.Weight.Buf.DType(), engine.F32P}, {"plain", m.Plain.Weight.Buf.DType(), engine.F32},
+		{"depthwise", m.Depthwise.Weight.Buf.DType(), engine.F32}, {"pointwise", m.Pointwise.Weight.Buf.DType(), engine.F32}} {
+		if c.got != c.want {
+			t.Errorf("%s conv weight %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	g := engine.NewGraph("conv1d")
+	x := g.Input("x", engine.F32, 2, 32, 11)
+	g.Output("packed", m.Packed.Forward(g, x, 2, 3, 1, 2))
+	g.Output("plain", m.Plain.Forward(g, x, 2, 3, 1, 2))
+	prog, err := be.Compile(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	for i := range prog.Input("x") {
+		prog.Input("x")[i] = float32(i%13-6) * 0.1
+	}
+	if err := prog.Run(); err != nil {
+		t.Fatal(err)
+	}
+	got, want := prog.Output("packed"), prog.Output("plain")
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("%d outputs packed, %d plain", len(got), len(want))
+	}
+	for i := range got {
+		if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+			t.Fatalf("output %d: packed %v, plain %v", i, got[i], want[i])
+		}
 	}
 }
