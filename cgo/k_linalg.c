@@ -585,6 +585,22 @@ __attribute__((target("avx2,fma"))) static void dw_row_avx2(const float *xp, con
 		out[t] = s;
 	}
 }
+
+/* AVX-512: 16 outputs a vector, the last partial one masked, so a short row (a vocoder
+ * step's 14 frames) is one vector per tap instead of scalar taps for its tail. The same
+ * FMA chain per output as the AVX2 path. (Loading straight from x with masks for the
+ * padding, without the copy, was slower: 16 us a vocoder step's conv against 9.) */
+AVX512_FN static void dw_row_avx512(const float *xp, const float *w, int64_t K, int64_t dil, float bias,
+                                    float *out, int64_t tout) {
+	__m512 vb = _mm512_set1_ps(bias);
+	for (int64_t t = 0; t < tout; t += 16) {
+		__mmask16 m = tout - t >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (tout - t)) - 1);
+		__m512 a = vb;
+		for (int64_t k = 0; k < K; k++)
+			a = _mm512_fmadd_ps(_mm512_set1_ps(w[k]), _mm512_maskz_loadu_ps(m, xp + t + k * dil), a);
+		_mm512_mask_storeu_ps(out + t, m, a);
+	}
+}
 #endif
 
 static void conv1d_dw_task(void *p, int64_t i) {
@@ -594,14 +610,26 @@ static void conv1d_dw_task(void *p, int64_t i) {
 	const float *x = j->x + b * j->sxb + ci * j->sxc;
 	int64_t len = (j->Tout - 1) * j->stride + (j->K - 1) * j->dil + 1;
 	float *xp = thread_scratch(j->ctx, len * (int64_t)sizeof(float));
-	for (int64_t q = 0; q < len; q++) {
-		int64_t s = q - j->padl;
-		xp[q] = (s >= 0 && s < j->T) ? x[s * j->sxt] : 0.0f;
+	if (j->sxt == 1) { /* zeros around one copy of the row's span */
+		int64_t lo = imin(j->padl, len), hi = imax(lo, imin(len, j->padl + j->T));
+		memset(xp, 0, (size_t)lo * sizeof(float));
+		if (hi > lo)
+			memcpy(xp + lo, x, (size_t)(hi - lo) * sizeof(float)); /* lo == padl here */
+		memset(xp + hi, 0, (size_t)(len - hi) * sizeof(float));
+	} else {
+		for (int64_t q = 0; q < len; q++) {
+			int64_t s = q - j->padl;
+			xp[q] = (s >= 0 && s < j->T) ? x[s * j->sxt] : 0.0f;
+		}
 	}
 	float bias = j->bias ? j->bias[co * j->sbias] : 0.0f;
 	float *out = j->y + b * j->syb + co * j->syc;
 	const float *w = j->w + co * j->K;
 #ifdef VX_HAVE_X86
+	if (j->stride == 1 && vx_use_avx512()) {
+		dw_row_avx512(xp, w, j->K, j->dil, bias, out, j->Tout);
+		return;
+	}
 	if (j->stride == 1 && vx_use_avx2()) {
 		dw_row_avx2(xp, w, j->K, j->dil, bias, out, j->Tout);
 		return;

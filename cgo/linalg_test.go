@@ -448,6 +448,8 @@ func TestConv1D(t *testing.T) {
 		{B: 1, Cin: 8, Cout: 16, T: 41, K: 7, stride: 1, padL: 3, padR: 3, dil: 1, g: 8},                     // depthwise multiplier 2
 		{B: 2, Cin: 16, Cout: 16, T: 70, K: 9, stride: 1, padL: 4, padR: 4, dil: 1, g: 16, xT: true},         // depthwise, x transposed
 		{B: 1, Cin: 256, Cout: 256, T: 64, K: 31, stride: 1, padL: 15, padR: 15, dil: 1, g: 256, bias: true}, // depthwise, parallel
+		{B: 1, Cin: 24, Cout: 24, T: 14, K: 7, stride: 1, padL: 3, padR: 3, dil: 1, g: 24, bias: true},       // depthwise, a vocoder step
+		{B: 2, Cin: 8, Cout: 8, T: 37, K: 7, stride: 1, padL: 6, padR: 0, dil: 2, g: 8},                      // depthwise, causal, masked tail
 		{B: 1, Cin: 128, Cout: 96, T: 150, K: 3, stride: 1, padL: 1, padR: 1, dil: 1, g: 1, bias: true},      // parallel gemm
 		{B: 1, Cin: 128, Cout: 96, T: 7, K: 1, stride: 1, dil: 1, g: 1, bias: true},                          // short T: split channels
 		{B: 1, Cin: 64, Cout: 64, T: 500, K: 7, stride: 1, padL: 3, padR: 3, dil: 1, g: 1},                   // T blocks
@@ -479,6 +481,17 @@ func TestConv1D(t *testing.T) {
 			}
 			compare(t, name, out, want, mag)
 		})
+		if c.g == c.Cin { // depthwise rows have an AVX-512 and an AVX2 loop: the latter too
+			all := Init()
+			LimitCPUFeatures(all &^ CPUAVX512F)
+			variants(t, out, func(t *testing.T, ctx *Context) {
+				if err := runNode(t, ctx, node, ts); err != nil {
+					t.Fatalf("%s avx2: %v", name, err)
+				}
+				compare(t, name+" avx2", out, want, mag)
+			})
+			LimitCPUFeatures(all)
+		}
 		if c.g == 1 { // the same with the kernel packed as models/nn loads it (F32P)
 			pw := packedKernel(t, w, c.Cout, c.Cin*c.K)
 			pts := slices.Clone(ts)
