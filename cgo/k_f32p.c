@@ -150,7 +150,7 @@ static void tile_portable(const f32p_job *j, int64_t m0, int mr, int64_t p0, int
 
 /* MR rows x NP panels, AVX-512: MR*NP zmm sums; H: the panels hold halves. */
 static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR, int64_t p0, const int NP,
-                                     int64_t k0, int64_t k1, const int H) {
+                                     int64_t k0, int64_t k1, int64_t ahead, const int H) {
 	__m512 acc[MAXR512 * 2];
 	const float *x = j->x + m0 * j->K, *w = (const float *)j->w + p0 * j->K * PR;
 	const uint16_t *wh = (const uint16_t *)j->w + p0 * j->K * PR;
@@ -166,10 +166,17 @@ static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR
 			acc[r * NP + p] = k0 > 0 ? _mm512_maskz_loadu_ps(mk[p], y + r * j->N + (p0 + p) * PR) : _mm512_setzero_ps();
 	for (int64_t q = k0; q < k1; q++) {
 		__m512 b[4];
+		if (ahead) { /* W is in L1 already: bring the next block into L2 meanwhile */
+			for (int p = 0; p < NP; p++)
+				_mm_prefetch(H ? (const char *)(wh + p * ps + q * PR + ahead) : (const char *)(w + p * ps + q * PR + ahead),
+				             _MM_HINT_T1);
+		}
 #if F32P_PF
-		for (int p = 0; p < NP; p++) /* as many bytes ahead for halves */
-			_mm_prefetch(H ? (const char *)(wh + p * ps + (q + 2 * F32P_PF) * PR) : (const char *)(w + p * ps + (q + F32P_PF) * PR),
-			             _MM_HINT_T0);
+		else {
+			for (int p = 0; p < NP; p++) /* as many bytes ahead for halves */
+				_mm_prefetch(H ? (const char *)(wh + p * ps + (q + 2 * F32P_PF) * PR) : (const char *)(w + p * ps + (q + F32P_PF) * PR),
+				             _MM_HINT_T0);
+		}
 #endif
 		for (int p = 0; p < NP; p++)
 			b[p] = H ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(wh + p * ps + q * PR)))
@@ -191,13 +198,16 @@ static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR
 	}
 }
 
-typedef void (*tile_fn)(const f32p_job *, int64_t, int64_t, int64_t, int64_t);
+/* ahead: 0, or how many values past its own a tile prefetches W (the next block) */
+typedef void (*tile_fn)(const f32p_job *, int64_t, int64_t, int64_t, int64_t, int64_t);
 #define T512(MR, NP)                                                                                    \
-	static AVX512_FN void tile512_##MR##_##NP(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
-		tile512(j, m0, MR, p0, NP, k0, k1, 0);                                                          \
+	static AVX512_FN void tile512_##MR##_##NP(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1, \
+	                                          int64_t ahead) {                                      \
+		tile512(j, m0, MR, p0, NP, k0, k1, ahead, 0);                                                   \
 	}                                                                                                   \
-	static AVX512_FN void tile512h_##MR##_##NP(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
-		tile512(j, m0, MR, p0, NP, k0, k1, 1);                                                          \
+	static AVX512_FN void tile512h_##MR##_##NP(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1, \
+	                                           int64_t ahead) {                                     \
+		tile512(j, m0, MR, p0, NP, k0, k1, ahead, 1);                                                   \
 	}
 T512(1, 2) T512(2, 2) T512(3, 2) T512(4, 2) T512(5, 2) T512(6, 2) T512(7, 2) T512(8, 2)
 T512(9, 2) T512(10, 2) T512(11, 2) T512(12, 2) T512(13, 2) T512(14, 2)
@@ -253,10 +263,14 @@ static AVX2H_FN ALWAYS void tile256(const f32p_job *j, int64_t m0, const int MR,
 }
 
 #define T256(MR)                                                                                          \
-	static AVX2H_FN void tile256_##MR(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) {  \
+	static AVX2H_FN void tile256_##MR(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1,   \
+	                                  int64_t ahead) {                                                    \
+		(void)ahead;                                                                                      \
 		tile256(j, m0, MR, p0, k0, k1, 0);                                                                \
 	}                                                                                                     \
-	static AVX2H_FN void tile256h_##MR(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1) { \
+	static AVX2H_FN void tile256h_##MR(const f32p_job *j, int64_t m0, int64_t p0, int64_t k0, int64_t k1,  \
+	                                   int64_t ahead) {                                                   \
+		(void)ahead;                                                                                      \
 		tile256(j, m0, MR, p0, k0, k1, 1);                                                                \
 	}
 T256(1) T256(2) T256(3) T256(4) T256(5) T256(6)
@@ -289,16 +303,21 @@ static void run_block(const f32p_job *j, int64_t m0, int64_t m1, int64_t g0, int
 		int64_t kc = ntiles > 1 ? k_block(j->K, lv == 1 ? 1 : panels) : j->K;
 		for (int64_t k0 = 0; k0 < j->K; k0 += kc) {
 			int64_t k1 = k0 + kc < j->K ? k0 + kc : j->K;
+			/* The first row tile reads this block of W from memory; the others find it in L1
+			 * and prefetch the next block (the next k, else the next pair's first) into L2,
+			 * so that read overlaps their FMAs. */
+			int64_t ahead = k1 < j->K ? kc * PR : 2 * j->K * PR - k0 * PR;
 			for (int64_t m = m0, t = 0; m < m1; t++) {
 				int mr = (int)(m0 + rows * (t + 1) / ntiles - m);
+				int64_t far = t > 0 && g + 1 < g1 + (k1 < j->K) ? ahead : 0;
 #ifdef VX_X86
 				if (quad) {
-					tiles512_4[h][mr](j, m, 2 * g, k0, k1);
+					tiles512_4[h][mr](j, m, 2 * g, k0, k1, 0);
 				} else if (lv == 2) {
-					tiles512_2[h][mr](j, m, 2 * g, k0, k1);
+					tiles512_2[h][mr](j, m, 2 * g, k0, k1, far);
 				} else if (lv == 1) {
-					tiles256[h][mr](j, m, 2 * g, k0, k1);
-					tiles256[h][mr](j, m, 2 * g + 1, k0, k1);
+					tiles256[h][mr](j, m, 2 * g, k0, k1, 0);
+					tiles256[h][mr](j, m, 2 * g + 1, k0, k1, 0);
 				} else
 #endif
 					tile_portable(j, m, mr, 2 * g, 2, k0, k1);
