@@ -492,21 +492,8 @@ func TestConv1D(t *testing.T) {
 			})
 			LimitCPUFeatures(all)
 		}
-		if c.g == 1 { // the same with the kernel packed as models/nn loads it (F32P)
-			pw := packedKernel(t, w, c.Cout, c.Cin*c.K)
-			pts := slices.Clone(ts)
-			pts[1] = Tensor{Data: pw.Ptr(), DType: F32P, Shape: w.shape, Stride: Contiguous(w.shape)}
-			for _, rows := range []int64{1 << 30, 0} { // the native kernel, then OpenBLAS
-				old := SetF32PNativeRows(rows)
-				variants(t, out, func(t *testing.T, ctx *Context) {
-					if err := runNode(t, ctx, node, pts); err != nil {
-						t.Fatalf("%s packed: %v", name, err)
-					}
-					compare(t, name+" packed", out, want, mag)
-				})
-				SetF32PNativeRows(old)
-			}
-			pw.Free()
+		if c.g == 1 {
+			checkPacked(t, name, node, ts, w, out, want, mag)
 		}
 		x.free()
 		w.free()
@@ -520,16 +507,32 @@ func TestConv1D(t *testing.T) {
 	}
 }
 
-// packedKernel packs a contiguous convolution kernel view [Cout, ...] into F32P panels, each
-// output channel's row values a row, as models/nn loads it.
-func packedKernel(t *testing.T, w *view, cout, row int64) *Buffer {
+// checkPacked runs a convolution node again with its kernel w (src 1, a dense view in natural
+// order) packed into F32P panels as models/nn loads it, on the native kernel and on the
+// OpenBLAS path, against the same reference.
+func checkPacked(t *testing.T, name string, node Node, ts []Tensor, w, out *view, want, mag []float64) {
 	t.Helper()
-	raw := w.buf.Float32s()[:cout*row] // a dense view in natural order
+	cout := w.shape[0]
+	row := numel(w.shape) / cout
+	raw := w.buf.Float32s()[:cout*row]
 	packed := make([]byte, WeightBytes(F32P, cout, row))
 	if err := RepackF32P(packed, unsafe.Slice((*byte)(unsafe.Pointer(&raw[0])), 4*len(raw)), cout, row); err != nil {
 		t.Fatal(err)
 	}
-	return cBytes(t, packed)
+	pw := cBytes(t, packed)
+	defer pw.Free()
+	pts := slices.Clone(ts)
+	pts[1] = Tensor{Data: pw.Ptr(), DType: F32P, Shape: w.shape, Stride: Contiguous(w.shape)}
+	for _, rows := range []int64{1 << 30, 0} { // the native kernel, then OpenBLAS
+		old := SetF32PNativeRows(rows)
+		variants(t, out, func(t *testing.T, ctx *Context) {
+			if err := runNode(t, ctx, node, pts); err != nil {
+				t.Fatalf("%s packed: %v", name, err)
+			}
+			compare(t, name+" packed", out, want, mag)
+		})
+		SetF32PNativeRows(old)
+	}
 }
 
 func TestConv1DBadShapes(t *testing.T) {
@@ -626,21 +629,8 @@ func TestConv2D(t *testing.T) {
 			}
 			compare(t, name, out, want, mag)
 		})
-		if c.g == 1 { // the same with the kernel packed as models/nn loads it (F32P)
-			pw := packedKernel(t, w, c.Cout, c.Cin*c.KH*c.KW)
-			pts := slices.Clone(ts)
-			pts[1] = Tensor{Data: pw.Ptr(), DType: F32P, Shape: w.shape, Stride: Contiguous(w.shape)}
-			for _, rows := range []int64{1 << 30, 0} { // the native kernel, then OpenBLAS
-				old := SetF32PNativeRows(rows)
-				variants(t, out, func(t *testing.T, ctx *Context) {
-					if err := runNode(t, ctx, node, pts); err != nil {
-						t.Fatalf("%s packed: %v", name, err)
-					}
-					compare(t, name+" packed", out, want, mag)
-				})
-				SetF32PNativeRows(old)
-			}
-			pw.Free()
+		if c.g == 1 {
+			checkPacked(t, name, node, ts, w, out, want, mag)
 		}
 		x.free()
 		w.free()
