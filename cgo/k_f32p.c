@@ -14,10 +14,11 @@
  * with NP = 4 so few rows still have enough independent FMA chains; AVX2: MR <= 6 with one panel,
  * two ymm each). Rows are cut into tiles of even height, as few as fit: the 14 rows of a
  * vocoder step are one tile, so each W vector loaded (and widened, for halves) serves 14
- * FMAs instead of 8 or 6 (1.3-1.5x on its F32 products read from memory). Every output is one FMA chain over k = 0..K-1 in order, whatever the tile,
- * the row count or the thread split: a row's result does not depend on the rows beside it,
- * so products batched across sessions give every session the bits it gets alone (and the
- * AVX2 and AVX-512 paths agree bit for bit).
+ * FMAs instead of 8 or 6 (1.3-1.5x on its F32 products read from memory). Every output is
+ * one FMA chain over k = 0..K-1 in order, whatever the tile, the row count or the thread
+ * split: a row's result does not depend on the rows beside it, so products batched across
+ * sessions give every session the bits it gets alone (and the AVX2 and AVX-512 paths agree
+ * bit for bit).
  *
  * Threads split the panel pairs (and the rows when the pairs are too few). Large products
  * (many rows) go to OpenBLAS on W widened back to row-major once per call instead (a
@@ -307,9 +308,10 @@ static void run_block(const f32p_job *j, int64_t m0, int64_t m1, int64_t g0, int
 			 * and prefetch the next block (the next k, else the next pair's first) into L2,
 			 * so that read overlaps their FMAs. */
 			int64_t ahead = k1 < j->K ? kc * PR : 2 * j->K * PR - k0 * PR;
+			int next = k1 < j->K || g + 1 < g1; /* this task has a next block */
 			for (int64_t m = m0, t = 0; m < m1; t++) {
 				int mr = (int)(m0 + rows * (t + 1) / ntiles - m);
-				int64_t far = t > 0 && g + 1 < g1 + (k1 < j->K) ? ahead : 0;
+				int64_t far = t > 0 && next ? ahead : 0;
 #ifdef VX_X86
 				if (quad) {
 					tiles512_4[h][mr](j, m, 2 * g, k0, k1, 0);
