@@ -174,9 +174,12 @@ static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR
 		}
 #if F32P_PF
 		else {
-			for (int p = 0; p < NP; p++) /* as many bytes ahead for halves */
-				_mm_prefetch(H ? (const char *)(wh + p * ps + (q + 2 * F32P_PF) * PR) : (const char *)(w + p * ps + (q + F32P_PF) * PR),
-				             _MM_HINT_T0);
+			/* as many bytes ahead for halves; past the panel's end, the start of the panel
+			 * the next tile of panels reads (not the next panel, which this tile reads) */
+			const int64_t d = H ? 2 * F32P_PF : F32P_PF;
+			const int64_t o = q + d < K ? (q + d) * PR : (q + d) * PR + (NP - 1) * ps;
+			for (int p = 0; p < NP; p++)
+				_mm_prefetch(H ? (const char *)(wh + p * ps + o) : (const char *)(w + p * ps + o), _MM_HINT_T0);
 		}
 #endif
 		for (int p = 0; p < NP; p++)
