@@ -63,9 +63,9 @@ type Fbank struct {
 	window   []float64
 	melLo    []int       // first FFT bin of each mel filter
 	melW     [][]float64 // its weights from melLo on
-	fft      *FFT
+	fft      *RealFFT
 	buf      []float64    // one frame, zero-padded to nfft
-	in, spec []complex128 // the FFT's input and output
+	spec     []complex128 // the FFT's output, bins 0..nfft/2
 	power    []float64
 }
 
@@ -97,10 +97,9 @@ func NewFbank(cfg FbankConfig) (*Fbank, error) {
 	if err := f.melBanks(); err != nil {
 		return nil, err
 	}
-	f.fft = NewFFT(f.nfft)
+	f.fft = NewRealFFT(f.nfft)
 	f.buf = make([]float64, f.nfft)
-	f.in = make([]complex128, f.nfft)
-	f.spec = make([]complex128, f.nfft)
+	f.spec = make([]complex128, f.nfft/2+1)
 	f.power = make([]float64, f.nfft/2)
 	return f, nil
 }
@@ -166,12 +165,10 @@ func (f *Fbank) Frame(dst, samples []float32) {
 		x[0] -= p * x[0]
 	}
 	for i := range x {
-		f.in[i] = complex(x[i]*f.window[i], 0)
+		f.buf[i] = x[i] * f.window[i]
 	}
-	for i := n; i < f.nfft; i++ {
-		f.in[i] = 0
-	}
-	f.fft.Forward(f.spec, f.in)
+	clear(f.buf[n:])
+	f.fft.Forward(f.spec, f.buf)
 	for k := range f.power {
 		re, im := real(f.spec[k]), imag(f.spec[k])
 		p := re*re + im*im

@@ -1,6 +1,9 @@
 package dsp
 
-import "math"
+import (
+	"math"
+	"math/cmplx"
+)
 
 // FFT is a mixed-radix complex FFT of one size (decimation in time over the size's prime
 // factors: O(n·Σp), so O(n log n) for the smooth sizes audio uses — 400, 512, 640 — and
@@ -142,5 +145,64 @@ func (p *FFT) rec(out, in []complex128, off, stride, n, fi int, tw []complex128)
 			}
 			out[k+q*m] = acc
 		}
+	}
+}
+
+// RealFFT transforms real signals of one even size n through a complex FFT of n/2 points:
+// the samples pair up as z[j] = x[2j] + i·x[2j+1], and with E and O the spectra of the
+// even and odd samples, X[k] = E[k] + exp(−2πik/n)·O[k] while Z[k] = E[k] + i·O[k]. About
+// half the work of a complex transform of n points. Not safe for concurrent use.
+type RealFFT struct {
+	n    int
+	half *FFT
+	tw   []complex128 // exp(−2πi·k/n), k < n/2
+	z, y []complex128 // the half-length transform's input and output
+}
+
+// NewRealFFT plans real transforms of n points; n must be even and at least 2.
+func NewRealFFT(n int) *RealFFT {
+	m := n / 2
+	r := &RealFFT{n: n, half: NewFFT(m), tw: make([]complex128, m), z: make([]complex128, m), y: make([]complex128, m)}
+	for k := range r.tw {
+		a := -2 * math.Pi * float64(k) / float64(n)
+		r.tw[k] = complex(math.Cos(a), math.Sin(a))
+	}
+	return r
+}
+
+// Forward sets out[k] = Σ_j in[j]·exp(−2πi·jk/n) for k = 0..n/2 (the other bins are their
+// conjugates). in has n values, out room for n/2+1.
+func (r *RealFFT) Forward(out []complex128, in []float64) {
+	m := r.n / 2
+	for j := range m {
+		r.z[j] = complex(in[2*j], in[2*j+1])
+	}
+	r.half.Forward(r.y, r.z)
+	for k := range m {
+		a, b := r.y[k], cmplx.Conj(r.y[(m-k)%m])
+		even, odd := (a+b)/2, (a-b)*complex(0, -0.5)
+		out[k] = even + r.tw[k]*odd
+	}
+	out[m] = complex(real(r.y[0])-imag(r.y[0]), 0)
+}
+
+// Inverse sets out[j] = Σ_k X[k]·exp(+2πi·jk/n) over all n bins of the Hermitian spectrum
+// whose bins 0..n/2 are in, without the 1/n scaling; the imaginary parts of DC and Nyquist
+// are ignored, as a C2R transform does. out has room for n values.
+func (r *RealFFT) Inverse(out []float64, in []complex128) {
+	m := r.n / 2
+	bin := func(k int) complex128 {
+		if k == 0 || k == m {
+			return complex(real(in[k]), 0)
+		}
+		return in[k]
+	}
+	for k := range m {
+		a, b := bin(k), cmplx.Conj(bin(m-k))
+		r.z[k] = (a + b + complex(0, 1)*(a-b)*cmplx.Conj(r.tw[k])) / 2
+	}
+	r.half.Inverse(r.y, r.z)
+	for j := range m {
+		out[2*j], out[2*j+1] = 2*real(r.y[j]), 2*imag(r.y[j])
 	}
 }

@@ -1,6 +1,7 @@
 package dsp
 
 import (
+	"fmt"
 	"math"
 	"math/cmplx"
 	"math/rand/v2"
@@ -55,5 +56,71 @@ func BenchmarkFFT640(b *testing.B) { // MeanVC2's vocoder: 2⁷·5
 	}
 	for b.Loop() {
 		p.Inverse(out, in)
+	}
+}
+
+// RealFFT gives the bins a complex FFT of the same real signal gives, and its inverse the
+// real part of the complex inverse of the full Hermitian spectrum (DC's and Nyquist's
+// imaginary parts ignored), for power-of-two, smooth and odd-half sizes.
+func TestRealFFT(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, n := range []int{2, 4, 6, 10, 14, 18, 400, 512, 640} {
+		r, c := NewRealFFT(n), NewFFT(n)
+		x := make([]float64, n)
+		xc := make([]complex128, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+			xc[i] = complex(x[i], 0)
+		}
+		got, want := make([]complex128, n/2+1), make([]complex128, n)
+		r.Forward(got, x)
+		c.Forward(want, xc)
+		for k := range got {
+			if cmplx.Abs(got[k]-want[k]) > 1e-9*float64(n) {
+				t.Fatalf("n %d: forward bin %d = %v, want %v", n, k, got[k], want[k])
+			}
+		}
+		// Inverse of bins with arbitrary imaginary parts at DC and Nyquist.
+		bins := make([]complex128, n/2+1)
+		full := make([]complex128, n)
+		for k := range bins {
+			bins[k] = complex(rng.NormFloat64(), rng.NormFloat64())
+		}
+		for k := range full {
+			switch {
+			case k == 0 || k == n/2:
+				full[k] = complex(real(bins[k]), 0)
+			case k < n/2:
+				full[k] = bins[k]
+			default:
+				full[k] = cmplx.Conj(bins[n-k])
+			}
+		}
+		inv, ref := make([]float64, n), make([]complex128, n)
+		r.Inverse(inv, bins)
+		c.Inverse(ref, full)
+		for j := range inv {
+			if math.Abs(inv[j]-real(ref[j])) > 1e-9*float64(n) {
+				t.Fatalf("n %d: inverse sample %d = %v, want %v", n, j, inv[j], real(ref[j]))
+			}
+		}
+	}
+}
+
+// BenchmarkRealFFT: fbank's 512-point forward and the vocoder's 640-point inverse.
+func BenchmarkRealFFT(b *testing.B) {
+	for _, n := range []int{512, 640} {
+		r := NewRealFFT(n)
+		x, bins := make([]float64, n), make([]complex128, n/2+1)
+		b.Run(fmt.Sprintf("forward-%d", n), func(b *testing.B) {
+			for b.Loop() {
+				r.Forward(bins, x)
+			}
+		})
+		b.Run(fmt.Sprintf("inverse-%d", n), func(b *testing.B) {
+			for b.Loop() {
+				r.Inverse(x, bins)
+			}
+		})
 	}
 }

@@ -3,7 +3,6 @@ package dsp
 import (
 	"fmt"
 	"math"
-	"math/cmplx"
 )
 
 // ISTFT is a streaming inverse short-time Fourier transform with the conventions of
@@ -22,9 +21,9 @@ import (
 type ISTFT struct {
 	nFFT, hop int
 	window    []float64 // nFFT long (a shorter window is zero-padded in the centre)
-	fft       *FFT
-	spec      []complex128 // full Hermitian spectrum of one frame
-	time      []complex128 // its inverse
+	fft       *RealFFT
+	spec      []complex128 // one frame's bins
+	time      []float64    // their inverse
 	acc, env  []float64    // padded positions [frames·hop, frames·hop+nFFT)
 	frames    int          // frames pushed since Reset
 	scratch   []float32    // Inverse's staging for one hop or the flushed tail
@@ -46,9 +45,9 @@ func NewISTFT(nFFT, hop int, window []float32) (*ISTFT, error) {
 		nFFT:   nFFT,
 		hop:    hop,
 		window: make([]float64, nFFT),
-		fft:    NewFFT(nFFT),
-		spec:   make([]complex128, nFFT),
-		time:   make([]complex128, nFFT),
+		fft:    NewRealFFT(nFFT),
+		spec:   make([]complex128, nFFT/2+1),
+		time:   make([]float64, nFFT),
 		acc:    make([]float64, nFFT),
 		env:    make([]float64, nFFT),
 	}
@@ -97,19 +96,14 @@ func (s *ISTFT) Push(re, im []float32, out []float32) (int, error) {
 		return 0, fmt.Errorf("istft: output room %d < hop %d", len(out), s.hop)
 	}
 	n := s.nFFT
-	// Hermitian spectrum: X[n−k] = conj X[k]. The real part of the inverse drops the
-	// imaginary parts of DC and Nyquist, as a C2R transform does.
-	for k := 0; k < nb; k++ {
+	for k := range nb {
 		s.spec[k] = complex(float64(re[k]), float64(im[k]))
 	}
-	for k := nb; k < n; k++ {
-		s.spec[k] = cmplx.Conj(s.spec[n-k])
-	}
-	s.fft.Inverse(s.time, s.spec)
+	s.fft.Inverse(s.time, s.spec) // a real inverse: DC's and Nyquist's imaginary parts are dropped
 	scale := 1 / float64(n)
 	for i := range n {
 		w := s.window[i]
-		s.acc[i] += real(s.time[i]) * scale * w
+		s.acc[i] += s.time[i] * scale * w
 		s.env[i] += w * w
 	}
 	// Positions [f·hop, (f+1)·hop) are complete; those before nFFT/2 are centre padding.

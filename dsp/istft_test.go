@@ -193,3 +193,18 @@ func TestISTFTErrors(t *testing.T) {
 		t.Errorf("short frame: no error")
 	}
 }
+
+// BenchmarkISTFTPush: one frame of MeanVC2's vocoder (n_fft 640, hop 160) in and its hop out.
+func BenchmarkISTFTPush(b *testing.B) {
+	s, err := NewISTFT(640, 160, HannPeriodic(640))
+	if err != nil {
+		b.Fatal(err)
+	}
+	re, im, _, _ := randomFrames(rand.New(rand.NewPCG(3, 4)), 1, s.Bins())
+	out := make([]float32, s.Hop())
+	for b.Loop() {
+		if _, err := s.Push(re, im, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
