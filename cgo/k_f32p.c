@@ -36,8 +36,13 @@
 #define PR VX_F32P_ROWS  /* rows per panel */
 #define PAIR (2 * PR)    /* rows are padded to a multiple of this */
 #ifndef F32P_PF
-#define F32P_PF 32 /* software prefetch distance in k (x 64 bytes per panel): 0, 8, 16, 32
-                    * measured on weights read from memory; 16-32 gained 25-35 % */
+/* Software prefetch distance in k (x 64 bytes per panel), into L2 (prefetcht1). Into L1
+ * (prefetcht0, distance 32) a product whose weight comes from DRAM ran slower than with no
+ * prefetch at all (4x256x2048 on one core: 122 vs 95 us; each L1 prefetch holds one of the
+ * core's few L1 miss buffers for a whole DRAM round trip), while L2 keeps more misses in
+ * flight: MeanVC2's Linears on 1 thread 1640-1703 -> 1486-1558 ms over 20 s of audio (its
+ * ASR 4x256x2048 126 -> 87 us a call); distance 32/64/128 into L2 within noise. */
+#define F32P_PF 64
 #endif
 
 int64_t vx_f32p_rows(int64_t n) { return (n + PAIR - 1) / PAIR * PAIR; }
@@ -179,7 +184,7 @@ static AVX512_FN ALWAYS void tile512(const f32p_job *j, int64_t m0, const int MR
 			const int64_t d = H ? 2 * F32P_PF : F32P_PF;
 			const int64_t o = q + d < K ? (q + d) * PR : (q + d) * PR + (NP - 1) * ps;
 			for (int p = 0; p < NP; p++)
-				_mm_prefetch(H ? (const char *)(wh + p * ps + o) : (const char *)(w + p * ps + o), _MM_HINT_T0);
+				_mm_prefetch(H ? (const char *)(wh + p * ps + o) : (const char *)(w + p * ps + o), _MM_HINT_T1);
 		}
 #endif
 		for (int p = 0; p < NP; p++)
