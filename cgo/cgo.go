@@ -253,6 +253,9 @@ func Alloc(n int) (*Buffer, error) {
 	return &Buffer{ptr: p, bytes: n}, nil
 }
 
+// allocSlabs is how many slabs hold buffers from 256 KiB to 2 MiB (tests).
+func allocSlabs() int { return int(C.vx_alloc_slabs()) }
+
 // Free releases the buffer; it must not be used afterwards.
 func (b *Buffer) Free() {
 	if b != nil && b.ptr != nil {

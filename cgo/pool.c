@@ -23,7 +23,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <cblas.h>
 #include "kern.h" /* vx.h, and VX_X86 */
@@ -374,52 +373,6 @@ void *vx_scratch(vx_ctx *c, int slot, int64_t bytes) {
 		s->cap = cap;
 	}
 	return s->p;
-}
-
-/* ---- tensor memory ---- */
-
-#define HUGE_PAGE ((size_t)2 << 20)
-
-/* What vx_alloc and vx_free round a request to. */
-static size_t alloc_size(size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) & ~(size_t)63; }
-
-void *vx_alloc(size_t bytes) {
-	size_t size = alloc_size(bytes);
-	if (size < HUGE_PAGE) {
-		void *p = aligned_alloc(64, size);
-		if (p)
-			memset(p, 0, size);
-		return p;
-	}
-	/* Weights are streamed whole on every decode step: on 2 MiB pages a step takes some
-	 * hundred TLB misses instead of one per 4 KiB. Large buffers are mapped directly, 2 MiB
-	 * aligned, so they come zeroed from the kernel: a memset would write every byte of a
-	 * model's weights once more at load, only for the upload to overwrite it. The whole
-	 * pages are advised before anything faults them in; the tail stays on small pages, so no
-	 * buffer holds more than it asked for. Where the kernel has no transparent huge pages the
-	 * advice is ignored. */
-	size_t len = (size + 4095) & ~(size_t)4095;
-	char *m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
-		return NULL;
-	char *p = (char *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-	if (p > m) /* the mapping's unaligned head and its tail beyond len */
-		munmap(m, (size_t)(p - m));
-	munmap(p + len, (size_t)(m + HUGE_PAGE - p));
-#ifdef MADV_HUGEPAGE
-	madvise(p, size & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
-#endif
-	return p;
-}
-
-void vx_free(void *p, size_t bytes) {
-	size_t size = alloc_size(bytes);
-	if (!p)
-		return;
-	if (size < HUGE_PAGE)
-		free(p);
-	else
-		munmap(p, (size + 4095) & ~(size_t)4095);
 }
 
 /* ---- test and benchmark hooks ---- */

@@ -194,7 +194,7 @@ func TestContextCreateFreeLoop(t *testing.T) {
 // Tensor memory: zeroed to its last byte at every size, 64-byte aligned, and buffers of 2 MiB
 // and more on a 2 MiB boundary (the start of their huge pages).
 func TestAllocZeroedAndAligned(t *testing.T) {
-	sizes := []int{0, 1, 63, 4097, 2<<20 - 1, 2 << 20, 3<<20 + 5, 9 << 20}
+	sizes := []int{0, 1, 63, 4097, 256<<10 - 1, 256 << 10, 300001, 2<<20 - 1, 2 << 20, 3<<20 + 5, 9 << 20}
 	// Twice over: memory freed dirty must come back zeroed.
 	for _, n := range append(sizes, sizes...) {
 		b, err := Alloc(n)
@@ -215,5 +215,66 @@ func TestAllocZeroedAndAligned(t *testing.T) {
 			bytes[i] = 0xa5 // writable to the end
 		}
 		b.Free()
+	}
+}
+
+// Buffers from 256 KiB to 2 MiB share slabs: live runs never overlap, a run freed dirty comes
+// back zeroed, and a slab is unmapped once its last run is freed.
+func TestAllocSlabs(t *testing.T) {
+	before := allocSlabs()
+	rng := uint64(7)
+	next := func(n int) int { rng = rng*6364136223846793005 + 1442695040888963407; return int(rng>>33) % n }
+	type live struct {
+		b    *Buffer
+		fill byte
+	}
+	var bufs []live
+	check := func() {
+		t.Helper()
+		for _, l := range bufs {
+			p := unsafe.Slice((*byte)(l.b.Ptr()), l.b.Bytes())
+			if p[0] != l.fill || p[len(p)/2] != l.fill || p[len(p)-1] != l.fill {
+				t.Fatalf("a live %d-byte buffer was overwritten", l.b.Bytes())
+			}
+		}
+	}
+	for round := range 6 {
+		for range 40 { // ~45 MB: more than one slab
+			n := 256<<10 + next(2<<20-256<<10)
+			b, err := Alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := unsafe.Slice((*byte)(b.Ptr()), n)
+			if uintptr(b.Ptr())%64 != 0 {
+				t.Fatalf("Alloc(%d) at %#x: want 64-byte alignment", n, b.Ptr())
+			}
+			for i := 0; i < n; i += 4093 {
+				if p[i] != 0 || p[n-1] != 0 {
+					t.Fatalf("round %d: Alloc(%d) is not zeroed", round, n)
+				}
+			}
+			fill := byte(len(bufs)%250 + 1)
+			for i := range p {
+				p[i] = fill
+			}
+			bufs = append(bufs, live{b, fill})
+		}
+		check()
+		if allocSlabs() < before+2 {
+			t.Fatalf("%d slabs for %d buffers, want at least 2 more than %d", allocSlabs(), len(bufs), before)
+		}
+		for range len(bufs) / 2 { // free half, in a scattered order
+			i := next(len(bufs))
+			bufs[i].b.Free()
+			bufs = append(bufs[:i], bufs[i+1:]...)
+		}
+		check()
+	}
+	for _, l := range bufs {
+		l.b.Free()
+	}
+	if got := allocSlabs(); got != before {
+		t.Errorf("%d slabs after every buffer was freed, want %d", got, before)
 	}
 }

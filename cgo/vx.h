@@ -253,10 +253,13 @@ extern int vx_cpu_features; /* set by vx_init, masked by vx_force_portable */
 /* Index of the calling thread within its context while inside vx_parallel_for: 0 for the
  * calling thread, 1..n_threads-1 for the workers. */
 int vx_thread_id(void);
-/* Zeroed tensor memory, 64-byte aligned; buffers of 2 MiB and more are mapped on a 2 MiB
- * boundary and ask for transparent huge pages. Release with vx_free and the same size. */
+/* Zeroed tensor memory, 64-byte aligned (alloc.c): buffers of 256 KiB and more are on
+ * transparent huge pages where the kernel has them (their own mapping from 2 MiB, shared
+ * slabs below). Release with vx_free and the same size. */
 void *vx_alloc(size_t bytes);
 void vx_free(void *p, size_t bytes);
+/* Slabs mapped for buffers from 256 KiB to 2 MiB (tests). */
+int vx_alloc_slabs(void);
 
 /* Growable scratch memory owned by the context, 64-byte aligned, contents not preserved
  * between calls. slot 0..n_threads-1 is a thread's own (use vx_thread_id() inside tasks),
