@@ -186,17 +186,31 @@ type elOp struct {
 type elCfg struct {
 	portable bool
 	threads  int
+	avx2     bool // AVX-512 turned off: the AVX2 kernels on a machine that has both
 }
 
 func (c elCfg) String() string {
 	p := "simd"
 	if c.portable {
 		p = "portable"
+	} else if c.avx2 {
+		p = "avx2"
 	}
 	return fmt.Sprintf("%s/%dthr", p, c.threads)
 }
 
-var elCfgs = []elCfg{{true, 1}, {true, 2}, {false, 1}, {false, 2}}
+var elCfgs = []elCfg{{true, 1, false}, {true, 2, false}, {false, 1, false}, {false, 2, false}, {false, 2, true}}
+
+// use sets the kernels c runs (portable, or SIMD with or without AVX-512).
+func (c elCfg) use() {
+	all := Init()
+	if c.avx2 {
+		LimitCPUFeatures(all &^ CPUAVX512F)
+	} else {
+		LimitCPUFeatures(all)
+	}
+	ForcePortable(c.portable)
+}
 
 func elPlan(t testing.TB, o elOp, dst elArr, srcs []elArr) *Plan {
 	t.Helper()
@@ -221,12 +235,13 @@ func elExec(t *testing.T, o elOp, dst elArr, srcs []elArr, reset func(), check f
 	p := elPlan(t, o, dst, srcs)
 	defer p.Free()
 	defer ForcePortable(false)
+	defer LimitCPUFeatures(Init())
 	aliased := false
 	for _, s := range srcs {
 		aliased = aliased || s.buf == dst.buf
 	}
 	for _, c := range elCfgs {
-		ForcePortable(c.portable)
+		c.use()
 		ctx, err := NewContext(c.threads)
 		if err != nil {
 			t.Fatal(err)
@@ -255,8 +270,9 @@ func elExecErr(t *testing.T, o elOp, dst elArr, srcs []elArr, code int) {
 	p := elPlan(t, o, dst, srcs)
 	defer p.Free()
 	defer ForcePortable(false)
+	defer LimitCPUFeatures(Init())
 	for _, c := range elCfgs {
-		ForcePortable(c.portable)
+		c.use()
 		ctx, err := NewContext(c.threads)
 		if err != nil {
 			t.Fatal(err)
