@@ -180,7 +180,7 @@ func (r *RealFFT) Forward(out []complex128, in []float64) {
 	r.half.Forward(r.y, r.z)
 	for k := range m {
 		a, b := r.y[k], cmplx.Conj(r.y[(m-k)%m])
-		even, odd := (a+b)/2, (a-b)*complex(0, -0.5)
+		even, odd := halve(a+b), (a-b)*complex(0, -0.5)
 		out[k] = even + r.tw[k]*odd
 	}
 	out[m] = complex(real(r.y[0])-imag(r.y[0]), 0)
@@ -199,10 +199,14 @@ func (r *RealFFT) Inverse(out []float64, in []complex128) {
 	}
 	for k := range m {
 		a, b := bin(k), cmplx.Conj(bin(m-k))
-		r.z[k] = (a + b + complex(0, 1)*(a-b)*cmplx.Conj(r.tw[k])) / 2
+		r.z[k] = halve(a + b + complex(0, 1)*(a-b)*cmplx.Conj(r.tw[k]))
 	}
 	r.half.Inverse(r.y, r.z)
 	for j := range m {
 		out[2*j], out[2*j+1] = 2*real(r.y[j]), 2*imag(r.y[j])
 	}
 }
+
+// halve is c/2 without a complex division (the runtime's is a call that guards against
+// infinities; this is exact and the same bits).
+func halve(c complex128) complex128 { return complex(real(c)*0.5, imag(c)*0.5) }
