@@ -278,3 +278,56 @@ func TestAllocSlabs(t *testing.T) {
 		t.Errorf("%d slabs after every buffer was freed, want %d", got, before)
 	}
 }
+
+// Sessions allocate and free their buffers from several goroutines at once: each keeps a few
+// live buffers filled with its own byte and checks them before freeing.
+func TestAllocSlabsConcurrent(t *testing.T) {
+	before := allocSlabs()
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fill := byte(g + 1)
+			var held []*Buffer
+			for i := range 300 {
+				b, err := Alloc(256<<10 + (i*7919+g*104729)%(1<<20))
+				if err != nil {
+					errs <- err.Error()
+					return
+				}
+				p := unsafe.Slice((*byte)(b.Ptr()), b.Bytes())
+				if p[0] != 0 || p[len(p)-1] != 0 {
+					errs <- "a new buffer is not zeroed"
+					return
+				}
+				for j := range p {
+					p[j] = fill
+				}
+				held = append(held, b)
+				if len(held) > 3 {
+					old := held[0]
+					q := unsafe.Slice((*byte)(old.Ptr()), old.Bytes())
+					if q[0] != fill || q[len(q)/2] != fill || q[len(q)-1] != fill {
+						errs <- "a live buffer was overwritten by another goroutine's"
+						return
+					}
+					old.Free()
+					held = held[1:]
+				}
+			}
+			for _, b := range held {
+				b.Free()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	if got := allocSlabs(); got != before {
+		t.Errorf("%d slabs after every buffer was freed, want %d", got, before)
+	}
+}
