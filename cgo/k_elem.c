@@ -34,6 +34,8 @@
 #define snake_row_avx2 snake_row_portable
 #endif
 
+#define SQRT_2_OVER_PI 0.79788456080286536f
+
 #ifdef VX_X86
 /* ---- vector math (AVX2 + FMA) ---- */
 
@@ -120,13 +122,9 @@ static inline AVX512_FN __m512 v_exp512(__m512 x) {
 	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	__m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), xc);
 	r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
-	__m512 p = _mm512_set1_ps(1.0f / 5040);
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+	__m512 p = _mm512_set1_ps(expm1_taylor[0]);
+	for (int i = 1; i < 7; i++)
+		p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(expm1_taylor[i]));
 	p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f)); /* e^r = 1 + r(1 + r/2 + ...) */
 	__m512 y = _mm512_scalef_ps(p, n);
 	return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x); /* NaN stays NaN */
@@ -170,7 +168,7 @@ static inline AVX512_FN __m512 unary512(int f, __m512 x) {
 	case VX_U_GELU_ERF: return _mm512_mul_ps(x, v_phi512(x));
 	case VX_U_GELU_TANH: {
 		__m512 u = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), x), _mm512_mul_ps(x, x), x);
-		return _mm512_mul_ps(x, v_sigmoid512(_mm512_mul_ps(_mm512_set1_ps(2.0f * 0.79788456080286536f), u)));
+		return _mm512_mul_ps(x, v_sigmoid512(_mm512_mul_ps(_mm512_set1_ps(2.0f * SQRT_2_OVER_PI), u)));
 	}
 	case VX_U_SILU: return _mm512_mul_ps(x, v_sigmoid512(x));
 	default: return v_sigmoid512(x); /* VX_U_SIGMOID */
@@ -190,8 +188,6 @@ AVX512_FN static void act_avx512(int f, const float *s, float *d, int64_t n) {
 #endif /* VX_X86 */
 
 /* ---- UNARY ---- */
-
-#define SQRT_2_OVER_PI 0.79788456080286536f
 
 static float sigmoid_f(float x) {
 	float e = expf(-fabsf(x)), r = 1.0f / (1.0f + e);
@@ -281,7 +277,7 @@ AVX2_FN static void unary_avx2(int f, const float *s, float *d, int64_t n, float
 #endif /* VX_X86 */
 
 typedef struct {
-	int f, avx;
+	int f, avx; /* 2: act_avx512, 1: unary_avx2, 0: portable */
 	float p0, p1;
 	const float *s;
 	float *d;
@@ -290,7 +286,7 @@ typedef struct {
 static void unary_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 	const unary_job *j = arg;
 	(void)row;
-	if (j->avx == 2 && (j->f == VX_U_GELU_ERF || j->f == VX_U_GELU_TANH || j->f == VX_U_SILU || j->f == VX_U_SIGMOID))
+	if (j->avx == 2)
 		act_avx512(j->f, j->s + lo, j->d + lo, hi - lo);
 	else if (j->avx)
 		unary_avx2(j->f, j->s + lo, j->d + lo, hi - lo, j->p0, j->p1);
@@ -305,8 +301,10 @@ int vx_k_unary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		return VX_ERR_BAD_SHAPE;
 	if (node->ip[0] < 0 || node->ip[0] >= VX_U_COUNT)
 		return VX_ERR_BAD_OP;
-	unary_job j = {.f = (int)node->ip[0], .avx = vx_use_avx512() ? 2 : vx_use_avx2(), .p0 = node->fp[0], .p1 = node->fp[1],
+	unary_job j = {.f = (int)node->ip[0], .avx = vx_use_avx2(), .p0 = node->fp[0], .p1 = node->fp[1],
 	               .s = x->data, .d = y->data};
+	if (vx_use_avx512() && (j.f == VX_U_GELU_ERF || j.f == VX_U_GELU_TANH || j.f == VX_U_SILU || j.f == VX_U_SIGMOID))
+		j.avx = 2; /* the activations act_avx512 has */
 	int cheap = j.f == VX_U_NEG || j.f == VX_U_RELU || j.f == VX_U_ABS || j.f == VX_U_CLAMP ||
 	            j.f == VX_U_SCALE || j.f == VX_U_SQUARE;
 	vx_run_segs(ctx, 1, vx_numel(x), cheap ? 1.0 : 8.0, 2048, unary_seg, &j);

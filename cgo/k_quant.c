@@ -71,8 +71,8 @@ int64_t vx_qrow_bytes(int dtype, int64_t k) {
 #ifndef PF_AHEAD
 /* Decode prefetch distance, bytes (0, 2048, 6144 measured within noise; 6144 best), into L2:
  * into L1 each prefetch holds one of the core's few L1 miss buffers for a DRAM round trip
- * (BenchmarkStepBatch medians of 5 alternating runs: 1 session 17.5 -> 16.8 ms, 4 sessions
- * 22.8 -> 20.9 ms, 8 sessions 35.5 -> 25.9 ms of 3). */
+ * (BenchmarkStepBatch, medians of alternating runs: 8 sessions 35.5 -> 25.9 ms; 1 and 4
+ * sessions 17.5 -> 16.8 and 22.8 -> 20.9 ms, within noise). */
 #define PF_AHEAD 6144
 #endif
 

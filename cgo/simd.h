@@ -16,15 +16,14 @@ static inline AVX2_FN __m256i tail_mask(int64_t r) {
 #define LN2_LO -1.904654299957768e-09f  /* ln 2 - LN2_HI */
 #define LOG2E 1.44269504088896341f
 
+/* (e^r - 1) / r = 1 + r/2 + ... + r^6/7!, highest power first (every vector width's exp). */
+static const float expm1_taylor[7] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f};
+
 /* e^r - 1 for |r| <= ~0.35, degree-7 Taylor without the constant term. */
 static inline AVX2_FN __m256 v_expm1_poly(__m256 r) {
-	__m256 p = _mm256_set1_ps(1.0f / 5040);
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+	__m256 p = _mm256_set1_ps(expm1_taylor[0]);
+	for (int i = 1; i < 7; i++)
+		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(expm1_taylor[i]));
 	return _mm256_mul_ps(p, r);
 }
 
