@@ -188,6 +188,16 @@ const (
 	BMin
 )
 
+// Epilogues of OpLinearQ and OpLayerNorm (vx.h): IP[EpiIP] steps, step s in IP[EpiIP+1+s]
+// as kind<<8 | function, the binary steps' operands the node's last sources.
+const (
+	EpiIP    = C.VX_EPI_IP
+	EpiSteps = C.VX_EPI_STEPS
+	EpiUnary = C.VX_EPI_UNARY // y = f(y), f's parameters in FP[2], FP[3]
+	EpiLeft  = C.VX_EPI_LEFT  // y = y op operand
+	EpiRight = C.VX_EPI_RIGHT // y = operand op y
+)
+
 // Reductions for OpReduce (ip[1]).
 const (
 	RSum = iota

@@ -283,15 +283,27 @@ typedef struct {
 	float *d;
 } unary_job;
 
+/* The code path for unary f on this CPU: the same for a UNARY node and a fused epilogue, so
+ * both give the same bits. */
+static int unary_level(int f) {
+	if (vx_use_avx512() && (f == VX_U_GELU_ERF || f == VX_U_GELU_TANH || f == VX_U_SILU || f == VX_U_SIGMOID))
+		return 2; /* the activations act_avx512 has */
+	return vx_use_avx2();
+}
+
+static void unary_span(int avx, int f, const float *s, float *d, int64_t n, float p0, float p1) {
+	if (avx == 2)
+		act_avx512(f, s, d, n);
+	else if (avx)
+		unary_avx2(f, s, d, n, p0, p1);
+	else
+		unary_portable(f, s, d, n, p0, p1);
+}
+
 static void unary_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 	const unary_job *j = arg;
 	(void)row;
-	if (j->avx == 2)
-		act_avx512(j->f, j->s + lo, j->d + lo, hi - lo);
-	else if (j->avx)
-		unary_avx2(j->f, j->s + lo, j->d + lo, hi - lo, j->p0, j->p1);
-	else
-		unary_portable(j->f, j->s + lo, j->d + lo, hi - lo, j->p0, j->p1);
+	unary_span(j->avx, j->f, j->s + lo, j->d + lo, hi - lo, j->p0, j->p1);
 }
 
 int vx_k_unary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
@@ -301,10 +313,8 @@ int vx_k_unary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		return VX_ERR_BAD_SHAPE;
 	if (node->ip[0] < 0 || node->ip[0] >= VX_U_COUNT)
 		return VX_ERR_BAD_OP;
-	unary_job j = {.f = (int)node->ip[0], .avx = vx_use_avx2(), .p0 = node->fp[0], .p1 = node->fp[1],
+	unary_job j = {.f = (int)node->ip[0], .avx = unary_level((int)node->ip[0]), .p0 = node->fp[0], .p1 = node->fp[1],
 	               .s = x->data, .d = y->data};
-	if (vx_use_avx512() && (j.f == VX_U_GELU_ERF || j.f == VX_U_GELU_TANH || j.f == VX_U_SILU || j.f == VX_U_SIGMOID))
-		j.avx = 2; /* the activations act_avx512 has */
 	int cheap = j.f == VX_U_NEG || j.f == VX_U_RELU || j.f == VX_U_ABS || j.f == VX_U_CLAMP ||
 	            j.f == VX_U_SCALE || j.f == VX_U_SQUARE;
 	vx_run_segs(ctx, 1, vx_numel(x), cheap ? 1.0 : 8.0, 2048, unary_seg, &j);
@@ -477,6 +487,22 @@ static int bcast_strides(const vx_tensor *x, const int64_t out[5], int64_t st[5]
 	return 1;
 }
 
+static int bin_level(void) { return vx_use_avx512() ? 2 : vx_use_avx2(); }
+
+/* d[i] = a[i*sa] op b[i*sb], on the vector paths where each side is contiguous or one value. */
+static void bin_span(int avx, int op, int64_t n, const float *a, int64_t sa, const float *b, int64_t sb, float *d) {
+	if ((sa == 1 || sa == 0) && (sb == 1 || sb == 0) && (sa | sb)) {
+		if (avx == 2)
+			bin_avx512(op, n, a, sa == 1, b, sb == 1, d);
+		else if (avx)
+			bin_avx2(op, n, a, sa == 1, b, sb == 1, d);
+		else
+			bin_portable(op, n, a, sa == 1, b, sb == 1, d);
+	} else {
+		bin_strided(op, n, a, sa, b, sb, d);
+	}
+}
+
 typedef struct {
 	int op, avx, nd;
 	int64_t shape[5];
@@ -499,17 +525,7 @@ static void bin_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 	int64_t sa = j->st[1][in], sb = j->st[2][in];
 	const float *a = j->a + oa + lo * sa, *b = j->b + ob + lo * sb;
 	float *d = j->d + od + lo;
-	int64_t n = hi - lo;
-	if ((sa == 1 || sa == 0) && (sb == 1 || sb == 0) && (sa | sb)) {
-		if (j->avx == 2)
-			bin_avx512(j->op, n, a, sa == 1, b, sb == 1, d);
-		else if (j->avx)
-			bin_avx2(j->op, n, a, sa == 1, b, sb == 1, d);
-		else
-			bin_portable(j->op, n, a, sa == 1, b, sb == 1, d);
-	} else {
-		bin_strided(j->op, n, a, sa, b, sb, d);
-	}
+	bin_span(j->avx, j->op, hi - lo, a, sa, b, sb, d);
 }
 
 int vx_k_binary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
@@ -519,7 +535,7 @@ int vx_k_binary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		return VX_ERR_BAD_SHAPE;
 	if (node->ip[0] < 0 || node->ip[0] >= VX_B_COUNT)
 		return VX_ERR_BAD_OP;
-	bin_job j = {.op = (int)node->ip[0], .avx = vx_use_avx512() ? 2 : vx_use_avx2(), .a = a->data, .b = b->data, .d = y->data};
+	bin_job j = {.op = (int)node->ip[0], .avx = bin_level(), .a = a->data, .b = b->data, .d = y->data};
 	int64_t dummy[5];
 	vx_pad5(y, j.shape, dummy);
 	if (!bcast_strides(a, j.shape, j.st[1]) || !bcast_strides(b, j.shape, j.st[2]))
@@ -631,4 +647,94 @@ int vx_k_snake_beta(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	               .alpha = al->data, .beta = be->data, .y = y->data};
 	vx_run_segs(ctx, x->shape[0] * C, j.T, 8.0, 2048, snake_seg, &j);
 	return VX_OK;
+}
+
+/* ---- epilogues: elementwise steps fused into the node that produces their input ---- */
+
+/* Strides (rs, cs) that address operand o at row m, column n of the output y seen as [M, N]:
+ * o[m*rs + n*cs]. o has y's number of elements and last dim, broadcast by stride 0 (its
+ * leading dims may group the rows differently); 0 when its rows are not one stride apart. */
+static int epi_strides(const vx_tensor *o, const vx_tensor *y, int64_t *rs, int64_t *cs) {
+	if (o->ndim < 1 || y->ndim < 1 || vx_numel(o) != vx_numel(y) || o->shape[o->ndim - 1] != y->shape[y->ndim - 1])
+		return 0;
+	int64_t r = -1, inner = 1;
+	for (int d = o->ndim - 2; d >= 0; d--) {
+		if (o->shape[d] > 1) {
+			if (r < 0) {
+				if (o->stride[d] % inner != 0)
+					return 0;
+				r = o->stride[d] / inner;
+			} else if (o->stride[d] != r * inner) {
+				return 0;
+			}
+		}
+		inner *= o->shape[d];
+	}
+	*rs = r < 0 ? 0 : r;
+	*cs = o->shape[o->ndim - 1] > 1 ? o->stride[o->ndim - 1] : 0;
+	return 1;
+}
+
+int vx_epi_parse(const vx_node *node, const vx_tensor *t, const vx_tensor *y, int *n_src, vx_epi *e) {
+	memset(e, 0, sizeof *e);
+	*n_src = node->n_src;
+	e->n = (int)node->ip[VX_EPI_IP];
+	if (e->n == 0)
+		return VX_OK;
+	if (e->n < 0 || e->n > VX_EPI_STEPS || !vx_is_contiguous(y))
+		return VX_ERR_BAD_OP;
+	e->p0 = node->fp[2];
+	e->p1 = node->fp[3];
+	int nbin = 0;
+	for (int s = 0; s < e->n; s++) {
+		int64_t code = node->ip[VX_EPI_IP + 1 + s];
+		e->kind[s] = (int)(code >> 8);
+		e->op[s] = (int)(code & 255);
+		if (e->kind[s] == VX_EPI_UNARY) {
+			if (e->op[s] >= VX_U_COUNT)
+				return VX_ERR_BAD_OP;
+			e->avx[s] = unary_level(e->op[s]);
+		} else if (e->kind[s] == VX_EPI_LEFT || e->kind[s] == VX_EPI_RIGHT) {
+			if (e->op[s] >= VX_B_COUNT)
+				return VX_ERR_BAD_OP;
+			e->avx[s] = bin_level();
+			nbin++;
+		} else {
+			return VX_ERR_BAD_OP;
+		}
+	}
+	/* The binary steps' operands are the node's last sources, in step order. */
+	int first = node->n_src - nbin;
+	if (first < 1)
+		return VX_ERR_BAD_SHAPE;
+	for (int s = 0, k = first; s < e->n; s++) {
+		if (e->kind[s] == VX_EPI_UNARY)
+			continue;
+		const vx_tensor *o = vx_src(node, t, k++);
+		if (!vx_tensor_ok(o, VX_F32) || !epi_strides(o, y, &e->rs[s], &e->cs[s]))
+			return VX_ERR_BAD_SHAPE;
+		e->o[s] = o->data;
+	}
+	*n_src = first;
+	return VX_OK;
+}
+
+void vx_epi_apply(const vx_epi *e, float *y, int64_t N, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+	if (!e || e->n == 0 || n1 <= n0)
+		return;
+	for (int64_t m = m0; m < m1; m++) {
+		float *row = y + m * N + n0;
+		int64_t len = n1 - n0;
+		for (int s = 0; s < e->n; s++) {
+			if (e->kind[s] == VX_EPI_UNARY) {
+				unary_span(e->avx[s], e->op[s], row, row, len, e->p0, e->p1);
+				continue;
+			}
+			const float *o = e->o[s] + m * e->rs[s] + n0 * e->cs[s];
+			if (e->kind[s] == VX_EPI_LEFT)
+				bin_span(e->avx[s], e->op[s], len, row, 1, o, e->cs[s], row);
+			else
+				bin_span(e->avx[s], e->op[s], len, o, e->cs[s], row, 1, row);
+		}
+	}
 }

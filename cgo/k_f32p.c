@@ -98,6 +98,7 @@ typedef struct {
 	int64_t pparts;      /* pair ranges: range i is [pairs*i/pparts, pairs*(i+1)/pparts) */
 	int64_t mparts;      /* row parts per pair range, likewise */
 	float *wide;         /* OpenBLAS path: W row-major [N, K] */
+	const vx_epi *epi;
 	vx_ctx *ctx;
 } f32p_job;
 
@@ -351,8 +352,10 @@ static void native_task(void *p, int64_t i) {
 	const f32p_job *j = p;
 	int64_t g0, g1, m0, m1;
 	task_range(j, i, &g0, &g1, &m0, &m1);
-	if (g1 > g0 && m1 > m0)
+	if (g1 > g0 && m1 > m0) {
 		run_block(j, m0, m1, g0, g1);
+		vx_epi_apply(j->epi, j->y, j->N, m0, m1, g0 * PAIR, g1 * PAIR < j->N ? g1 * PAIR : j->N);
+	}
 }
 
 /* OpenBLAS path (many rows): W is widened back to row-major once (tasks over panel pairs),
@@ -379,6 +382,7 @@ static void blas_task(void *p, int64_t i) {
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(m1 - m0), (int)j->N, (int)j->K, 1.0f,
 	            j->x + m0 * j->K, (int)j->K, j->wide, (int)j->K, beta, j->y + m0 * j->N, (int)j->N);
+	vx_epi_apply(j->epi, j->y, j->N, m0, m1, 0, j->N);
 }
 
 static int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -387,17 +391,19 @@ static int64_t cdiv64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t vx_f32p_native_rows = 128;
 
 int vx_linear_f32p(vx_ctx *ctx, const float *x, const void *w, int wtype, const float *bias, float *y, int64_t M,
-                   int64_t N, int64_t K, int64_t groups) {
+                   int64_t N, int64_t K, int64_t groups, const vx_epi *epi) {
 	if (M <= 0 || N <= 0)
 		return VX_OK;
 	if (K <= 0) {
 		for (int64_t m = 0; m < M; m++)
 			for (int64_t n = 0; n < N; n++)
 				y[m * N + n] = bias ? bias[n] : 0.0f;
+		vx_epi_apply(epi, y, N, 0, M, 0, N);
 		return VX_OK;
 	}
 	int nt = vx_ctx_threads(ctx);
-	f32p_job j = {.x = x, .w = w, .half = wtype == VX_F16_P, .bias = bias, .y = y, .M = M, .N = N, .K = K, .ctx = ctx};
+	f32p_job j = {.x = x, .w = w, .half = wtype == VX_F16_P, .bias = bias, .y = y, .M = M, .N = N, .K = K,
+	              .epi = epi, .ctx = ctx};
 	j.pairs = vx_f32p_rows(N) / PAIR;
 	double work = (double)M * (double)N * (double)K;
 	/* The choice follows one group's rows, so a group's results are those it gets alone. */
@@ -574,7 +580,7 @@ static int conv_f32p(vx_ctx *ctx, conv2d_p_job *jp, const vx_tensor *Wt, const v
 		else
 			for (int64_t i = 0; i < j.P; i++)
 				im2col_task(&j, i);
-		int rc = vx_linear_f32p(ctx, j.cols, Wt->data, VX_F32_P, NULL, j.out, j.P, j.Cout, j.K, 1);
+		int rc = vx_linear_f32p(ctx, j.cols, Wt->data, VX_F32_P, NULL, j.out, j.P, j.Cout, j.K, 1, NULL);
 		if (rc != VX_OK)
 			return rc;
 		vx_parallel_for(ctx, (j.Cout + TRANSPOSE_CH - 1) / TRANSPOSE_CH, transpose_task, &j);

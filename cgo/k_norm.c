@@ -155,6 +155,7 @@ typedef struct {
 	float eps;
 	const float *x, *w, *b;
 	float *y;
+	const vx_epi *epi;
 } ln_job;
 
 static void ln_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
@@ -175,21 +176,28 @@ static void ln_seg(void *arg, int64_t row, int64_t lo, int64_t hi) {
 		norm_apply_avx2(x, y, j->D, (float)mean, r, j->w, j->b);
 	else
 		norm_apply_portable(x, y, j->D, (float)mean, r, j->w, j->b);
+	vx_epi_apply(j->epi, j->y, j->D, row, row + 1, 0, j->D);
 }
 
 static int row_norm(vx_ctx *ctx, const vx_node *node, const vx_tensor *t, int rms) {
 	const vx_tensor *x = vx_src(node, t, 0), *y = &t[node->dst];
-	if (!vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || x->ndim < 1 || !vx_same_shape(x, y) ||
-	    !vx_is_contiguous(x) || !vx_is_contiguous(y))
+	/* y's leading dims may group the rows differently (a fused epilogue's output) */
+	if (!vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || x->ndim < 1 || y->ndim < 1 ||
+	    vx_numel(x) != vx_numel(y) || x->shape[x->ndim - 1] != y->shape[y->ndim - 1] || !vx_is_contiguous(x) ||
+	    !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t D = x->shape[x->ndim - 1];
-	const vx_tensor *w = vx_src(node, t, 1), *b = rms ? NULL : vx_src(node, t, 2);
-	if (node->n_src > (rms ? 2 : 3) || (w && !param_ok(w, D)) || (b && !param_ok(b, D)))
+	vx_epi epi;
+	int n_src, rc = vx_epi_parse(node, t, y, &n_src, &epi);
+	if (rc != VX_OK)
+		return rc;
+	const vx_tensor *w = n_src > 1 ? vx_src(node, t, 1) : NULL, *b = !rms && n_src > 2 ? vx_src(node, t, 2) : NULL;
+	if (n_src > (rms ? 2 : 3) || (w && !param_ok(w, D)) || (b && !param_ok(b, D)))
 		return VX_ERR_BAD_SHAPE;
 	if (vx_numel(x) == 0)
 		return VX_OK;
 	ln_job j = {.avx = vx_use_avx2(), .rms = rms, .D = D, .eps = node->fp[0], .x = x->data,
-	            .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = y->data};
+	            .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = y->data, .epi = epi.n ? &epi : NULL};
 	vx_run_segs(ctx, vx_numel(x) / D, D, 3.0, 0, ln_seg, &j);
 	return VX_OK;
 }

@@ -648,6 +648,7 @@ typedef struct {
 	const int32_t *xsp; /* and their block sums times -128, likewise */
 	int64_t chunk;    /* W rows per task (decode) or per panel (prefill) */
 	int64_t npanel, mparts;
+	const vx_epi *epi;
 	vx_ctx *ctx;
 } lq_job;
 
@@ -712,6 +713,7 @@ static void small_task(void *p, int64_t i) {
 				y[q] = out[q] + (j->bias ? j->bias[r + q] : 0.0f);
 		}
 	}
+	vx_epi_apply(j->epi, j->y, j->N, 0, j->M, n0, n1);
 }
 
 static void small_task_r8(void *p, int64_t i) {
@@ -753,6 +755,7 @@ static void small_task_r8(void *p, int64_t i) {
 			}
 		}
 	}
+	vx_epi_apply(j->epi, j->y, j->N, 0, j->M, g0 * 8, g1 * 8 < j->N ? g1 * 8 : j->N);
 }
 
 static void panel_task(void *p, int64_t i) {
@@ -786,27 +789,31 @@ static void panel_task(void *p, int64_t i) {
 		for (int64_t m = m0; m < m1; m++)
 			for (int64_t r = 0; r < nr; r++)
 				j->y[m * j->N + n0 + r] += j->bias[n0 + r];
+	vx_epi_apply(j->epi, j->y, j->N, m0, m1, n0, n0 + nr);
 }
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
-	const vx_tensor *x = vx_src(node, t, 0), *w = vx_src(node, t, 1), *b = vx_src(node, t, 2), *y = &t[node->dst];
-	if (node->n_src < 2 || node->n_src > 3 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !w ||
+	const vx_tensor *x = vx_src(node, t, 0), *w = vx_src(node, t, 1), *y = &t[node->dst];
+	vx_epi epi;
+	int n_src, rc = vx_epi_parse(node, t, y, &n_src, &epi);
+	if (rc != VX_OK)
+		return rc;
+	const vx_tensor *b = n_src == 3 ? vx_src(node, t, 2) : NULL;
+	if (n_src < 2 || n_src > 3 || !vx_tensor_ok(x, VX_F32) || !vx_tensor_ok(y, VX_F32) || !w ||
 	    (w->dtype != VX_Q8_0 && w->dtype != VX_F16 && w->dtype != VX_Q8_0_R8 && w->dtype != VX_Q4_K &&
 	     w->dtype != VX_BF16 && w->dtype != VX_F32_P && w->dtype != VX_F16_P) || w->ndim != 2 || !w->data)
 		return VX_ERR_BAD_SHAPE;
-	if (x->ndim < 1 || y->ndim != x->ndim || !vx_is_contiguous(x) || !vx_is_contiguous(y))
+	if (x->ndim < 1 || y->ndim < 1 || !vx_is_contiguous(x) || !vx_is_contiguous(y))
 		return VX_ERR_BAD_SHAPE;
 	int64_t N = w->shape[0], K = w->shape[1], M = K > 0 ? vx_numel(x) / K : 0;
 	int r8 = w->dtype == VX_Q8_0_R8;
 	int panels = w->dtype == VX_F32_P || w->dtype == VX_F16_P;
 	int64_t rb = panels ? 4 * K : vx_qrow_bytes(r8 ? VX_Q8_0 : w->dtype, K);
+	/* y's leading dims may group the M rows differently (a fused epilogue's output). */
 	if (rb == 0 || N <= 0 || x->shape[x->ndim - 1] != K || y->shape[y->ndim - 1] != N || vx_numel(y) != M * N)
 		return VX_ERR_BAD_SHAPE;
-	for (int d = 0; d < x->ndim - 1; d++)
-		if (x->shape[d] != y->shape[d])
-			return VX_ERR_BAD_SHAPE;
 	if (b && (!vx_tensor_ok(b, VX_F32) || vx_numel(b) != N || !vx_is_contiguous(b)))
 		return VX_ERR_BAD_SHAPE;
 	if (M == 0)
@@ -815,10 +822,12 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	 * kernel is chosen by one group's rows, so each group's results are those it gets alone. */
 	int64_t row_groups = node->ip[0] > 1 ? node->ip[0] : 1;
 	if (panels)
-		return vx_linear_f32p(ctx, x->data, w->data, w->dtype, b ? b->data : NULL, y->data, M, N, K, row_groups);
+		return vx_linear_f32p(ctx, x->data, w->data, w->dtype, b ? b->data : NULL, y->data, M, N, K, row_groups,
+		                      epi.n ? &epi : NULL);
 	int nt = vx_ctx_threads(ctx);
 	lq_job j = {.dtype = w->dtype, .lv = level(), .M = M, .N = N, .K = K, .rb = rb, .nb = K / QK,
-	            .w = w->data, .x = x->data, .bias = b ? b->data : NULL, .y = y->data, .ctx = ctx};
+	            .w = w->data, .x = x->data, .bias = b ? b->data : NULL, .y = y->data, .ctx = ctx,
+	            .epi = epi.n ? &epi : NULL};
 	double work = (double)M * (double)N * (double)K;
 	/* Q8_0R8 on VNNI: the int8 kernel for prefill too (4 dpbusd per 256 MACs outrun sgemm on
 	 * widened panels about 2x). */
@@ -884,7 +893,7 @@ int vx_k_linear_q(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 	j.chunk = pr < fair ? pr : fair;
 	j.npanel = cdiv(N, j.chunk);
 	j.mparts = j.npanel >= 2 * nt ? 1 : (M / 16 > 1 ? (M / 16 < 2 * nt ? M / 16 : 2 * nt) : 1);
-	int rc = VX_OK;
+	rc = VX_OK;
 	for (int i = 0; i < nt; i++)
 		if (!vx_scratch(ctx, i, j.chunk * K * 4))
 			rc = VX_ERR_NOMEM;

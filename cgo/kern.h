@@ -14,6 +14,29 @@ typedef void (*vx_seg_fn)(void *arg, int64_t row, int64_t lo, int64_t hi);
  * to keep the threads busy are cut into parts of at least min_part elements. */
 void vx_run_segs(vx_ctx *ctx, int64_t rows, int64_t len, double cost, int64_t min_part, vx_seg_fn fn, void *arg);
 
+/* A fused epilogue (vx.h, VX_EPI_IP): up to VX_EPI_STEPS elementwise steps applied to each
+ * block of a producer's output while that block is in cache. */
+typedef struct {
+	int n;
+	int kind[VX_EPI_STEPS]; /* VX_EPI_UNARY, VX_EPI_LEFT or VX_EPI_RIGHT */
+	int op[VX_EPI_STEPS];   /* vx_unary or vx_binary */
+	int avx[VX_EPI_STEPS];  /* the code path the UNARY or BINARY kernel takes for it */
+	float p0, p1;           /* the unary's parameters */
+	const float *o[VX_EPI_STEPS];
+	int64_t rs[VX_EPI_STEPS], cs[VX_EPI_STEPS]; /* operand at row m, column n: o[m*rs + n*cs] */
+} vx_epi;
+
+/* vx_epi_parse reads node's epilogue for its destination y; *n_src is then the count of the
+ * producer's own sources (the operands follow them). e->n = 0: none. */
+int vx_epi_parse(const vx_node *node, const vx_tensor *t, const vx_tensor *y, int *n_src, vx_epi *e);
+/* vx_epi_apply runs the epilogue on rows [m0, m1), columns [n0, n1) of y [M, N] (e may be NULL). */
+void vx_epi_apply(const vx_epi *e, float *y, int64_t N, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+
+/* y[M, N] = x[M, K] W^T (+ bias), then the epilogue (NULL: none), for a VX_F32_P or VX_F16_P
+ * (wtype) weight W (the VX_OP_LINEAR_Q kernel for them). */
+int vx_linear_f32p(vx_ctx *ctx, const float *x, const void *w, int wtype, const float *bias, float *y, int64_t M,
+                   int64_t N, int64_t K, int64_t groups, const vx_epi *epi);
+
 /* VX_X86: the x86-64 SIMD paths (AVX2/FMA, AVX-512, chosen at run time by CPU detection) are
  * compiled in. Elsewhere (arm64, ...) they are left out, vx_cpu_features stays 0 and every
  * kernel takes its portable C path, which -O3 auto-vectorises (NEON on arm64); there are no

@@ -100,6 +100,18 @@ typedef enum {
 	VX_OP_COUNT
 } vx_op;
 
+/* Epilogues. A LINEAR_Q or LAYER_NORM node may carry up to VX_EPI_STEPS elementwise steps
+ * that run on its output in place, block by block, before anyone reads it (the engine folds
+ * single-reader UNARY/BINARY chains into their producer): ip[VX_EPI_IP] = the number of steps,
+ * ip[VX_EPI_IP+1+s] = step s as kind << 8 | op, kind VX_EPI_UNARY (op a vx_unary; one such
+ * step at most, its parameters in fp[2], fp[3]), VX_EPI_LEFT (y = y op src) or VX_EPI_RIGHT
+ * (y = src op y), op a vx_binary. The binary steps' operands are the node's last sources, in
+ * step order, each with the output's number of elements and last dim (broadcast by stride 0)
+ * and its rows (leading dims flattened) one stride apart. */
+#define VX_EPI_IP 4
+#define VX_EPI_STEPS 3
+enum { VX_EPI_UNARY = 1, VX_EPI_LEFT = 2, VX_EPI_RIGHT = 3 };
+
 typedef enum {
 	VX_U_NEG = 0, VX_U_EXP, VX_U_LOG, VX_U_SIN, VX_U_COS, VX_U_SQRT, VX_U_TANH, VX_U_SIGMOID,
 	VX_U_RELU, VX_U_SILU, VX_U_GELU_ERF, VX_U_GELU_TANH, VX_U_ABS, VX_U_CLAMP, VX_U_SCALE,
@@ -221,10 +233,6 @@ void vx_repack_f32p(const float *src, float *dst, int64_t n, int64_t k);
 void vx_unpack_f32p(const float *w, int64_t k, int64_t r0, int64_t nr, float *dst);
 /* VX_F16_P: repacks row-major binary16 src (little-endian) into dst (vx_f32p_rows(n) * k halves). */
 void vx_repack_f16p(const uint16_t *src, uint16_t *dst, int64_t n, int64_t k);
-/* y[M, N] = x[M, K] W^T (+ bias) for a VX_F32_P or VX_F16_P (wtype) weight W (the
- * VX_OP_LINEAR_Q kernel for them). */
-int vx_linear_f32p(vx_ctx *ctx, const float *x, const void *w, int wtype, const float *bias, float *y, int64_t M,
-                   int64_t N, int64_t K, int64_t groups);
 /* VX_OP_CONV2D with a VX_F32_P kernel [Cout, Cin, KH, KW] (no groups). */
 int vx_conv2d_f32p(vx_ctx *ctx, const vx_node *node, const vx_tensor *X, const vx_tensor *Wt, const vx_tensor *bias,
                    const vx_tensor *Y);

@@ -50,9 +50,15 @@ type PlanStats struct {
 
 // CPU runs programs on this machine's cores with the C kernels.
 type CPU struct {
-	ctx   *cgo.Context
-	naive bool
+	ctx     *cgo.Context
+	naive   bool
+	unfused bool
 }
+
+// SetFusion chooses whether programs compiled after it fold elementwise chains into the
+// Linear or LayerNorm before them (fuseEpilogues; the default) or run every node on its own
+// (for comparison).
+func (c *CPU) SetFusion(on bool) { c.unfused = !on }
 
 // OpTime is the time the backend's programs spent in one kind of op while it was profiled.
 type OpTime struct {
@@ -124,6 +130,9 @@ type cpuProgram struct {
 
 // Compile implements Backend.
 func (c *CPU) Compile(g *Graph) (Program, error) {
+	if !c.unfused {
+		g = fuseEpilogues(g)
+	}
 	p, err := planMemory(g, c.naive)
 	if err != nil {
 		return nil, err

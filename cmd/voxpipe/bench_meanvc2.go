@@ -133,6 +133,7 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	sessions := fs.String("sessions", "", "also run sessions concurrently at real-time pace: N runs 1…N and stops at the first level that is not real time; a comma-separated list (1,2,4,8,16) runs each level")
 	batch := fs.Int("batch", meanvc2.MaxBatch, "the most concurrent sessions' model steps one batched program runs (1: no batching, for comparison)")
 	profile := fs.Bool("profile", false, "print where the streamed conversion spends its time, by kind of op (to stderr)")
+	fuse := fs.Bool("fuse", true, fuseUsage)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -175,6 +176,7 @@ func runBenchMeanVC2(args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeBE()
 	res.Backend, res.VocoderBackend = be.Name(), voc.Name()
+	setFusion(*fuse, be, voc)
 	prof, err := newProfiler(*profile, be, stderr)
 	if err != nil {
 		return err

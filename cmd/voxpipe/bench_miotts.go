@@ -110,6 +110,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	refSeconds := fs.Float64("ref-seconds", 10, "reference clip length for the speaker embedding figure")
 	ttsTokens := fs.Int("tts-tokens", 100, "speech tokens of the end-to-end streamed utterance")
 	profile := fs.Bool("profile", false, "print where the timed decode steps spend their time, by kind of op (to stderr)")
+	fuse := fs.Bool("fuse", true, fuseUsage)
 	streams := fs.String("streams", "", "also run N concurrent streamed syntheses for each N in this comma-separated list (e.g. 1,2,4,8): aggregate tokens/s, per-stream RTF, TTFA, late chunks")
 	codecBatch := fs.Int("codec-batch", 0, "the most stream windows one codec run decodes (1: no codec batching, for comparison; 0: the default, "+strconv.Itoa(miocodec.MaxBatch)+")")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -136,6 +137,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeBE()
+	setFusion(*fuse, be, codecBE)
 	prof, err := newProfiler(*profile, be, stderr)
 	if err != nil {
 		return err

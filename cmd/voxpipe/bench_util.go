@@ -126,3 +126,14 @@ func sampleDeviceMB(bes ...engine.Backend) func() float64 {
 		return most
 	}
 }
+
+const fuseUsage = "fold elementwise chains into the Linear or LayerNorm before them on the CPU (false: every node on its own, for comparison)"
+
+// setFusion applies --fuse to the CPU backends among bes (before any program is compiled).
+func setFusion(on bool, bes ...engine.Backend) {
+	for _, b := range bes {
+		if c, ok := b.(*engine.CPU); ok {
+			c.SetFusion(on)
+		}
+	}
+}
