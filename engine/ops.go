@@ -453,7 +453,7 @@ func (g *Graph) Concat(axis int, ts ...Tensor) Tensor {
 			}
 		}
 		shape[ax] += t.Dim(ax)
-		cs[i] = g.Contiguous(t)
+		cs[i] = t // the kernels copy from any strides
 	}
 	return g.addNode(cgo.OpConcat, shape, ts[0].DType(), cs, [8]int64{int64(ax)}, [4]float32{})
 }
@@ -759,7 +759,8 @@ func (g *Graph) RoPE(x, pos Tensor, dims int64, mode int, theta float32) Tensor 
 	if x.Rank() != 4 || pos.Rank() != 1 || pos.DType() != I32 || pos.Dim(0) != x.Dim(2) || dims <= 0 || dims > x.Dim(3) || dims%2 != 0 {
 		return g.fail("RoPE", "want x [B, H, T, D], int32 positions [T], even dims ≤ D", x, pos)
 	}
-	return g.addNode(cgo.OpRoPE, x.Shape(), F32, []Tensor{g.Contiguous(x), g.Contiguous(pos)}, [8]int64{dims, int64(mode)}, [4]float32{theta})
+	// x may be strided (a permuted view of a projection's heads): the kernels read any strides.
+	return g.addNode(cgo.OpRoPE, x.Shape(), F32, []Tensor{x, g.Contiguous(pos)}, [8]int64{dims, int64(mode)}, [4]float32{theta})
 }
 
 // Attention computes softmax(q·kᵀ·scale + bias + mask)·v for q [B, H, Tq, D], k [B, Hk, Tk, D],

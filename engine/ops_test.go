@@ -505,7 +505,19 @@ func TestOpRoPE(t *testing.T) {
 	o.output("h8", o.g.RoPE(x8, p, 6, RoPEHalf, 10000), B, H, T, 8)
 	o.output("i7", o.g.RoPE(x7, p, 4, RoPEInterleaved, 500), B, H, T, 7)
 	o.output("h7", o.g.RoPE(x7, p, 4, RoPEHalf, 500), B, H, T, 7)
+	// A permuted view ([B, T, H, D] as [B, H, T, D]) is read in place, strided.
+	xp, xps := o.input("xp", B, T, H, 8)
+	o.output("p8", o.g.RoPE(o.g.Permute(xp, 0, 2, 1, 3), p, 8, RoPEHalf, 10000), B, H, T, 8)
 	out := o.run()
+	permuted := make([]float32, 0, len(xps))
+	for b := range B {
+		for h := range H {
+			for q := range T {
+				permuted = append(permuted, xps[((b*T+q)*H+h)*8:][:8]...)
+			}
+		}
+	}
+	near(t, "RoPE of a permuted view", out["p8"], refRoPE(permuted, B*H, T, 8, pos, 8, true, 10000))
 	near(t, "RoPE interleaved", out["i8"], refRoPE(x8s, B*H, T, 8, pos, 6, false, 10000))
 	near(t, "RoPE half", out["h8"], refRoPE(x8s, B*H, T, 8, pos, 6, true, 10000))
 	near(t, "RoPE interleaved odd D", out["i7"], refRoPE(x7s, B*H, T, 7, pos, 4, false, 500))
