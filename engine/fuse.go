@@ -35,6 +35,7 @@ func fuseEpilogues(g *Graph) *Graph {
 	}
 	nodes := slices.Clone(g.nodes)
 	gone := make([]bool, len(nodes))
+	folded := make([]bool, len(nodes)) // holds a folded node (which reads no longer what it did)
 	for i := range nodes {
 		nd := nodes[i]
 		if gone[i] || (nd.op != cgo.OpLinearQ && nd.op != cgo.OpLayerNorm) || nd.ip[cgo.EpiIP] != 0 {
@@ -50,18 +51,19 @@ func fuseEpilogues(g *Graph) *Graph {
 			if !ok {
 				break
 			}
+			if gone[j] || folded[j] {
+				break
+			}
 			c := nodes[j]
 			shape := g.tensors[c.src[k]].shape
-			if gone[j] || !slices.Equal(g.tensors[c.dst].shape, shape) {
+			if !slices.Equal(g.tensors[c.dst].shape, shape) {
 				break
 			}
 			var code int64
-			var operand = -1
+			operand := -1
 			switch {
 			case c.op == cgo.OpUnary && !unary:
 				code = cgo.EpiUnary<<8 | c.ip[0]
-				f.fp[2], f.fp[3] = c.fp[0], c.fp[1]
-				unary = true
 			case c.op == cgo.OpBinary && len(c.src) == 2:
 				operand = c.src[1-k]
 				if !slices.Equal(g.tensors[operand].shape, shape) || !rowBroadcast(&g.tensors[operand]) {
@@ -74,6 +76,9 @@ func fuseEpilogues(g *Graph) *Graph {
 			}
 			if operand >= 0 {
 				f.src = append(f.src, operand)
+			} else {
+				f.fp[2], f.fp[3] = c.fp[0], c.fp[1] // the unary's parameters
+				unary = true
 			}
 			f.ip[cgo.EpiIP+1+steps] = code
 			steps++
@@ -91,7 +96,7 @@ func fuseEpilogues(g *Graph) *Graph {
 			gone[j] = true
 		}
 		nodes[at] = f
-		gone[at] = false
+		gone[at], folded[at] = false, true
 	}
 	out := *g
 	out.nodes = nil
