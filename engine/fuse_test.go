@@ -102,20 +102,27 @@ func fusionGraph(t *testing.T, seed uint64, dtype DType, lead []int64, n, k int6
 	return g, in, map[string][]int32{"idx": {2}}
 }
 
+// fusionProgram compiles g on a CPU backend of threads, with or without fusion; closing
+// frees both.
+func fusionProgram(tb testing.TB, g *Graph, threads int, fuse bool) (prog Program, closing func()) {
+	tb.Helper()
+	cpu, err := NewCPU(threads)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cpu.SetFusion(fuse)
+	if prog, err = cpu.Compile(g); err != nil {
+		cpu.Close()
+		tb.Fatal(err)
+	}
+	return prog, func() { prog.Close(); cpu.Close() }
+}
+
 // fusionRun compiles g with or without fusion and runs it once.
 func fusionRun(t *testing.T, g *Graph, in map[string][]float32, ints map[string][]int32, threads int, fuse bool) (map[string][]float32, int) {
 	t.Helper()
-	cpu, err := NewCPU(threads)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cpu.Close()
-	cpu.SetFusion(fuse)
-	prog, err := cpu.Compile(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prog.Close()
+	prog, closing := fusionProgram(t, g, threads, fuse)
+	defer closing()
 	for name, x := range in {
 		copy(prog.Input(name), x)
 	}
@@ -213,17 +220,8 @@ func BenchmarkFusedBlock(b *testing.B) {
 	for _, threads := range []int{1, 2} {
 		for _, fuse := range []bool{true, false} {
 			b.Run(fmt.Sprintf("threads=%d/fuse=%v", threads, fuse), func(b *testing.B) {
-				cpu, err := NewCPU(threads)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer cpu.Close()
-				cpu.SetFusion(fuse)
-				prog, err := cpu.Compile(g)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer prog.Close()
+				prog, closing := fusionProgram(b, g, threads, fuse)
+				defer closing()
 				copy(prog.Input("h"), randn(rows*dim))
 				copy(prog.Input("mod"), randn(rows*3*dim))
 				b.ResetTimer()
