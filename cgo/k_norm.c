@@ -198,7 +198,10 @@ static int row_norm(vx_ctx *ctx, const vx_node *node, const vx_tensor *t, int rm
 		return VX_OK;
 	ln_job j = {.avx = vx_use_avx2(), .rms = rms, .D = D, .eps = node->fp[0], .x = x->data,
 	            .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = y->data, .epi = epi.n ? &epi : NULL};
-	vx_run_segs(ctx, vx_numel(x) / D, D, 3.0, 0, ln_seg, &j);
+	double cost = 3.0; /* per element: the statistics and the normalisation */
+	for (int s = 0; s < epi.n; s++)
+		cost += epi.kind[s] == VX_EPI_UNARY ? 8.0 : 1.0;
+	vx_run_segs(ctx, vx_numel(x) / D, D, cost, 0, ln_seg, &j);
 	return VX_OK;
 }
 
