@@ -187,8 +187,11 @@ type DiT struct {
 // modulation weights are 4 × 6 MB at real size: reading them per call cost ~0.4 ms).
 type timeCond struct {
 	tEmb, rEmb []float32 // [dim] each
-	mod        []float32 // [depth, 6·dim]
-	fin        []float32 // [2·dim]: scale, then shift
+	// mod [depth, 6·dim] (per block: shift, scale, gate for attention, then for the MLP) and
+	// fin [2·dim] (scale, then shift) hold every scale as 1 + scale, the factor AdaLN
+	// multiplies by: added once here, not by two nodes per block in every DiT call.
+	mod []float32
+	fin []float32
 }
 
 // timeConds runs the time program for every (t, r) of the schedule (Config.Timesteps).
@@ -210,7 +213,20 @@ func (d *DiT) timeConds() ([]timeCond, error) {
 			return nil, err
 		}
 		cp := func(name string) []float32 { return slices.Clone(prog.Output(name)) }
-		out = append(out, timeCond{tEmb: cp("t_time_embed"), rEmb: cp("r_time_embed"), mod: cp("mod"), fin: cp("fin")})
+		tc := timeCond{tEmb: cp("t_time_embed"), rEmb: cp("r_time_embed"), mod: cp("mod"), fin: cp("fin")}
+		dim := d.Config.Dim
+		onePlus := func(x []float32) {
+			for i := range x {
+				x[i]++
+			}
+		}
+		for l := range d.Config.Depth {
+			row := tc.mod[l*6*dim:]
+			onePlus(row[dim : 2*dim])   // scale_msa
+			onePlus(row[4*dim : 5*dim]) // scale_mlp
+		}
+		onePlus(tc.fin[:dim])
+		out = append(out, tc)
 	}
 	return out, nil
 }
@@ -406,7 +422,8 @@ func (d *DiT) buildStep(B int, o stepOpts) *engine.Graph {
 		return g.Concat(0, ts...)
 	}
 
-	// The AdaLN modulations depend on (t, r) alone: computed once per model (timeConds).
+	// The AdaLN modulations depend on (t, r) alone: computed once per model, scales as 1 + scale
+	// (timeCond).
 	mods := g.Input("mod", engine.F32, int64(c.Depth), 6*int64(c.Dim))
 	finMod := g.Input("fin", engine.F32, 1, 2*int64(c.Dim))
 	w := d.w
@@ -435,9 +452,9 @@ func (d *DiT) buildStep(B int, o stepOpts) *engine.Graph {
 
 	dim := int64(c.Dim)
 	adaEps := float32(c.AdaEps)
-	// modulate is LN(h; no affine)·(1+scale)+shift.
-	modulate := func(h, shift, scale engine.Tensor) engine.Tensor {
-		return g.Add(g.Mul(g.LayerNorm(h, nil, nil, adaEps), g.Scale(scale, 1, 1)), shift)
+	// modulate is LN(h; no affine)·(1+scale)+shift; the inputs hold 1+scale (timeCond).
+	modulate := func(h, shift, onePlusScale engine.Tensor) engine.Tensor {
+		return g.Add(g.Mul(g.LayerNorm(h, nil, nil, adaEps), onePlusScale), shift)
 	}
 	heads := func(t engine.Tensor, norm *nn.RMSNorm) engine.Tensor { // [B·W, H·Dh] → [B·W, H, Dh]
 		t = g.Reshape(t, nb*W, H, Dh)
