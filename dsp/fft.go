@@ -15,8 +15,9 @@ type FFT struct {
 	twf     []complex128 // twf[i] = exp(−2πi·i/n), the forward transform's
 	tmp     []complex128 // one butterfly's inputs (largest factor)
 	// Powers of two (fbank's 512) run an iterative radix-2 transform: rev is the
-	// bit-reversed order of the inputs. Other sizes (the vocoder's 640) recurse over their
-	// factors, with radix-2 butterflies for the factors of 2.
+	// bit-reversed order of the inputs. Other sizes (the vocoder's 640 = 4·4·4·2·5) recurse
+	// over their factors, with written-out butterflies for 2, 4 and 5 and a direct DFT for
+	// other primes.
 	rev []int32
 }
 
@@ -24,7 +25,10 @@ type FFT struct {
 func NewFFT(n int) *FFT {
 	p := &FFT{n: n, tw: make([]complex128, n)}
 	for r := n; r > 1; {
-		f := 2
+		f := 4 // radix-4 butterflies where 4 divides, then 2, then the odd primes
+		if r%4 != 0 {
+			f = 2
+		}
 		for r%f != 0 {
 			if f*f > r {
 				f = r
@@ -118,32 +122,64 @@ func (p *FFT) rec(out, in []complex128, off, stride, n, fi int, tw []complex128)
 	}
 	r := p.factors[fi]
 	m := n / r
+	if m == 1 { // the last factor: its DFT straight from the strided inputs
+		for j := range r {
+			out[j] = in[off+j*stride]
+		}
+		p.butterfly(out, 1, r, 0, 1, tw)
+		return
+	}
 	// r interleaved sub-transforms of size m, written to consecutive blocks of out.
 	for j := range r {
 		p.rec(out[j*m:(j+1)*m], in, off+j*stride, stride*r, m, fi+1, tw)
 	}
-	step := p.n / n // tw index of exp(±2πi/n); j·k·step < N, so no index wraps
-	if r == 2 {
-		lo, hi := out[:m], out[m:n]
-		for k := range lo {
-			b := hi[k] * tw[k*step]
-			a := lo[k]
-			lo[k], hi[k] = a+b, a-b
-		}
-		return
-	}
-	rstep := p.n / r
 	for k := range m {
-		for j := range r {
-			p.tmp[j] = out[j*m+k] * tw[j*k*step]
+		p.butterfly(out[k:], m, r, k, p.n/n, tw)
+	}
+}
+
+// butterfly replaces the r values x[q·m], q < r, by their size-r DFT after twiddling input j
+// by tw[j·k·step] (step = N/n, n = r·m the size being combined).
+func (p *FFT) butterfly(x []complex128, m, r, k, step int, tw []complex128) {
+	switch r {
+	case 2:
+		a, b := x[0], x[m]*tw[k*step]
+		x[0], x[m] = a+b, a-b
+	case 4:
+		a0, a1, a2, a3 := x[0], x[m]*tw[k*step], x[2*m]*tw[2*k*step], x[3*m]*tw[3*k*step]
+		t0, t1, t2, d := a0+a2, a0-a2, a1+a3, a1-a3
+		// d·W₄ with W₄ = ±i exactly (tw[N/4] is only ±i to rounding)
+		t3 := complex(-imag(d), real(d))
+		if imag(tw[p.n/4]) < 0 {
+			t3 = -t3
 		}
-		// Size-r DFT of tmp into the same r positions k + q·m.
+		x[0], x[m], x[2*m], x[3*m] = t0+t2, t1+t3, t0-t2, t1-t3
+	case 5:
+		a0, a1, a2, a3, a4 := x[0], x[m]*tw[k*step], x[2*m]*tw[2*k*step], x[3*m]*tw[3*k*step], x[4*m]*tw[4*k*step]
+		w1, w2 := tw[p.n/5], tw[2*p.n/5] // W₅ and W₅²: cos and ±sin of 2π/5, 4π/5
+		b1, b2, d1, d2 := a1+a4, a2+a3, a1-a4, a2-a3
+		scale := func(c float64, z complex128) complex128 { return complex(c*real(z), c*imag(z)) }
+		t1 := a0 + scale(real(w1), b1) + scale(real(w2), b2)
+		t2 := a0 + scale(real(w2), b1) + scale(real(w1), b2)
+		u1 := scale(imag(w1), d1) + scale(imag(w2), d2)
+		u2 := scale(imag(w2), d1) - scale(imag(w1), d2)
+		iu1, iu2 := complex(-imag(u1), real(u1)), complex(-imag(u2), real(u2)) // i·u
+		x[0], x[m], x[2*m], x[3*m], x[4*m] = a0+b1+b2, t1+iu1, t2+iu2, t2-iu2, t1-iu1
+	default:
+		for j := range r {
+			p.tmp[j] = x[j*m] * tw[j*k*step]
+		}
+		// Size-r DFT of tmp into the same r positions q·m.
+		rstep := p.n / r
 		for q := range r {
 			var acc complex128
-			for j := range r {
-				acc += p.tmp[j] * tw[(j*q)%r*rstep]
+			for j, jq := 0, 0; j < r; j, jq = j+1, jq+q {
+				if jq >= r {
+					jq -= r
+				}
+				acc += p.tmp[j] * tw[jq*rstep]
 			}
-			out[k+q*m] = acc
+			x[q*m] = acc
 		}
 	}
 }
