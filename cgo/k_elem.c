@@ -291,6 +291,14 @@ static int unary_level(int f) {
 	return vx_use_avx2();
 }
 
+/* Rough work per value of unary f for splitting jobs (vx_run_segs): 1 for a compare or a
+ * multiply-add, 8 for the transcendental ones. */
+static double unary_cost(int f) {
+	int cheap = f == VX_U_NEG || f == VX_U_RELU || f == VX_U_ABS || f == VX_U_CLAMP || f == VX_U_SCALE ||
+	            f == VX_U_SQUARE;
+	return cheap ? 1.0 : 8.0;
+}
+
 static void unary_span(int avx, int f, const float *s, float *d, int64_t n, float p0, float p1) {
 	if (avx == 2)
 		act_avx512(f, s, d, n);
@@ -315,9 +323,7 @@ int vx_k_unary(vx_ctx *ctx, const vx_node *node, const vx_tensor *t) {
 		return VX_ERR_BAD_OP;
 	unary_job j = {.f = (int)node->ip[0], .avx = unary_level((int)node->ip[0]), .p0 = node->fp[0], .p1 = node->fp[1],
 	               .s = x->data, .d = y->data};
-	int cheap = j.f == VX_U_NEG || j.f == VX_U_RELU || j.f == VX_U_ABS || j.f == VX_U_CLAMP ||
-	            j.f == VX_U_SCALE || j.f == VX_U_SQUARE;
-	vx_run_segs(ctx, 1, vx_numel(x), cheap ? 1.0 : 8.0, 2048, unary_seg, &j);
+	vx_run_segs(ctx, 1, vx_numel(x), unary_cost(j.f), 2048, unary_seg, &j);
 	return VX_OK;
 }
 
@@ -717,6 +723,13 @@ int vx_epi_parse(const vx_node *node, const vx_tensor *t, const vx_tensor *y, in
 	}
 	*n_src = first;
 	return VX_OK;
+}
+
+double vx_epi_cost(const vx_epi *e) {
+	double c = 0;
+	for (int s = 0; e && s < e->n; s++)
+		c += e->kind[s] == VX_EPI_UNARY ? unary_cost(e->op[s]) : 1.0;
+	return c;
 }
 
 void vx_epi_apply(const vx_epi *e, float *y, int64_t N, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {

@@ -198,10 +198,8 @@ static int row_norm(vx_ctx *ctx, const vx_node *node, const vx_tensor *t, int rm
 		return VX_OK;
 	ln_job j = {.avx = vx_use_avx2(), .rms = rms, .D = D, .eps = node->fp[0], .x = x->data,
 	            .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = y->data, .epi = epi.n ? &epi : NULL};
-	double cost = 3.0; /* per element: the statistics and the normalisation */
-	for (int s = 0; s < epi.n; s++)
-		cost += epi.kind[s] == VX_EPI_UNARY ? 8.0 : 1.0;
-	vx_run_segs(ctx, vx_numel(x) / D, D, cost, 0, ln_seg, &j);
+	/* per value: the statistics and the normalisation, then the epilogue's steps */
+	vx_run_segs(ctx, vx_numel(x) / D, D, 3.0 + vx_epi_cost(&epi), 0, ln_seg, &j);
 	return VX_OK;
 }
 

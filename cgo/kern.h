@@ -29,6 +29,8 @@ typedef struct {
 /* vx_epi_parse reads node's epilogue for its destination y; *n_src is then the count of the
  * producer's own sources (the operands follow them). e->n = 0: none. */
 int vx_epi_parse(const vx_node *node, const vx_tensor *t, const vx_tensor *y, int *n_src, vx_epi *e);
+/* vx_epi_cost is the epilogue's work per value in vx_run_segs' units (0 for none). */
+double vx_epi_cost(const vx_epi *e);
 /* vx_epi_apply runs the epilogue on rows [m0, m1), columns [n0, n1) of y [M, N] (e may be NULL). */
 void vx_epi_apply(const vx_epi *e, float *y, int64_t N, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
