@@ -120,7 +120,7 @@ func soleReader(g *Graph, reads, reader []int, id int) (node, src int, ok bool) 
 	for k, s := range g.nodes[node].src {
 		st := &g.tensors[s]
 		if st.base == id {
-			whole := s == id || (st.offset == 0 && rowMajor(st) && numel(st.shape) == numel(t.shape) &&
+			whole := s == id || (st.offset == 0 && isContiguous(st) && numel(st.shape) == numel(t.shape) &&
 				len(st.shape) > 0 && len(t.shape) > 0 && st.shape[len(st.shape)-1] == t.shape[len(t.shape)-1])
 			return node, k, whole
 		}
@@ -148,19 +148,6 @@ func rowBroadcast(o *tensorInfo) bool {
 			}
 		}
 		inner *= o.shape[d]
-	}
-	return true
-}
-
-// rowMajor: t's elements are laid out in row-major order (the strides of size-1 dims, which
-// Expand sets to 0, do not matter).
-func rowMajor(t *tensorInfo) bool {
-	want := int64(1)
-	for d := len(t.shape) - 1; d >= 0; d-- {
-		if t.shape[d] != 1 && t.stride[d] != want {
-			return false
-		}
-		want *= t.shape[d]
 	}
 	return true
 }

@@ -15,8 +15,17 @@ func normAxis(axis, rank int) (int, bool) {
 	return axis, axis >= 0 && axis < rank
 }
 
+// isContiguous: ti's elements are laid out in row-major order, as the kernels' check has it
+// (the stride of a size-1 dim, which Expand sets to 0, does not matter).
 func isContiguous(ti *tensorInfo) bool {
-	return slices.Equal(ti.stride, cgo.Contiguous(ti.shape)) || numel(ti.shape) == 1
+	want := int64(1)
+	for d := len(ti.shape) - 1; d >= 0; d-- {
+		if ti.shape[d] != 1 && ti.stride[d] != want {
+			return false
+		}
+		want *= ti.shape[d]
+	}
+	return true
 }
 
 // Contiguous returns t itself when it is laid out row-major, else a contiguous copy.
