@@ -777,6 +777,14 @@ func runAttention(t *testing.T, rng *rand.Rand, c attnCase) {
 					m[j] = float32(math.Inf(-1))
 				}
 			}
+		case "window-inf": // a sliding window: keys before it and after it hidden, and one inside
+			mask = newView(t, []int64{1, c.Tk}, layout{}, func() float32 { return float32(rng.Float64() - 0.5) })
+			m := mask.buf.Float32s()
+			for j := int64(0); j < c.Tk; j++ {
+				if j < c.Tk/3 || j == c.Tk/2 || j >= c.Tk*3/4 {
+					m[j] = float32(math.Inf(-1))
+				}
+			}
 		case "bcast-rows": // [Tq, Tk] with stride 0 over rows
 			mask = newView(t, []int64{c.Tq, c.Tk}, layout{bcast: map[int]bool{0: true}}, func() float32 { return float32(rng.Float64()) })
 		case "causal-inf":
@@ -885,6 +893,8 @@ func TestAttention(t *testing.T) {
 			scale: 0.088, mask: "tail-inf"},
 		{name: "decode GQA, 4 heads a kv head, hidden tail, bias", B: 2, H: 8, Hk: 2, Tq: 1, Tk: 13, D: 16, Dv: 24,
 			scale: 0.25, mask: "tail-inf", bias: "heads-bcast"},
+		{name: "decode GQA, 3 heads a kv head, sliding window, values not a multiple of 32", B: 2, H: 6, Hk: 2,
+			Tq: 1, Tk: 50, D: 24, Dv: 40, scale: 0.3, mask: "window-inf", bias: "full"},
 		{name: "decode GQA, strided q/k/v and out", B: 1, H: 4, Hk: 1, Tq: 1, Tk: 40, D: 24, Dv: 24, scale: 0.2,
 			qkvTransposed: true, outTransposed: true},
 		{name: "row mask broadcast over queries", B: 1, H: 2, Hk: 1, Tq: 4, Tk: 9, D: 8, Dv: 5, scale: 0.5, mask: "row"},
