@@ -109,7 +109,7 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	codecTokens := fs.Int("codec-tokens", 100, "tokens decoded offline for the codec figure")
 	refSeconds := fs.Float64("ref-seconds", 10, "reference clip length for the speaker embedding figure")
 	ttsTokens := fs.Int("tts-tokens", 100, "speech tokens of the end-to-end streamed utterance")
-	profile := fs.Bool("profile", false, "print where the timed decode steps spend their time, by kind of op (to stderr)")
+	profile := fs.Bool("profile", false, "print where the timed decode steps, and the offline codec decode when it runs on the same backend, spend their time, by kind of op (to stderr)")
 	fuse := fs.Bool("fuse", true, fuseUsage)
 	streams := fs.String("streams", "", "also run N concurrent streamed syntheses for each N in this comma-separated list (e.g. 1,2,4,8): aggregate tokens/s, per-stream RTF, TTFA, late chunks")
 	codecBatch := fs.Int("codec-batch", 0, "the most stream windows one codec run decodes (1: no codec batching, for comparison; 0: the default, "+strconv.Itoa(miocodec.MaxBatch)+")")
@@ -198,12 +198,18 @@ func runBenchMioTTS(args []string, stdout, stderr io.Writer) error {
 	if _, err := tts.Codec.Decode(toks, emb); err != nil {
 		return err
 	}
+	codecProf := prof
+	if codecBE != be {
+		codecProf = nil // the profiler times the language model's backend
+	}
+	codecProf.start()
 	t0 = time.Now()
 	wave, err := tts.Codec.Decode(toks, emb)
 	if err != nil {
 		return err
 	}
 	res.CodecMs = ms(time.Since(t0))
+	codecProf.stop(fmt.Sprintf("the offline codec decode of %d tokens", len(toks)))
 	res.CodecRTF = time.Since(t0).Seconds() / (float64(len(wave)) / float64(tts.SampleRate()))
 
 	// End to end: request → first streamed sample, and the whole utterance's RTF. The
