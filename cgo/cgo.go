@@ -322,7 +322,11 @@ type Plan struct {
 	nNodes   int
 	nTensors int
 	plan     *C.vx_plan
+	ran      time.Duration // the last Execute's time, not counting the wait for the context
 }
+
+// LastRun is how long the plan's last Execute computed, after it had the context.
+func (p *Plan) LastRun() time.Duration { return p.ran }
 
 // NewPlan copies nodes and tensors into C memory.
 func NewPlan(nodes []Node, tensors []Tensor) (*Plan, error) {
@@ -536,7 +540,10 @@ func (c *Context) Execute(p *Plan) error {
 	if c.c == nil {
 		return errors.New("cgo: execute on a closed context")
 	}
-	if rc := C.vx_execute(c.c, p.plan, &c.failed); rc != C.VX_OK {
+	t0 := time.Now()
+	rc := C.vx_execute(c.c, p.plan, &c.failed)
+	p.ran = time.Since(t0)
+	if rc != C.VX_OK {
 		return &ExecError{Node: int(c.failed), Code: int(rc)}
 	}
 	return nil

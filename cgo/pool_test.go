@@ -331,3 +331,36 @@ func TestAllocSlabsConcurrent(t *testing.T) {
 		t.Errorf("%d slabs after every buffer was freed, want %d", got, before)
 	}
 }
+
+// TestLastRunLeavesOutTheWait: a plan's LastRun is its own run, not the time Execute waited
+// for the context while another caller had it (what a run costs that context's other users).
+func TestLastRunLeavesOutTheWait(t *testing.T) {
+	ctx := newCtx(t, 1)
+	defer ctx.Close()
+	buf, err := Alloc(4 * 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	p, err := NewPlan([]Node{{Op: OpUnary, Src: []int{0}, Dst: 0, IP: [8]int64{UReLU}}}, []Tensor{tensorOf(buf, 1024)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Free()
+	const hold = 50 * time.Millisecond
+	ctx.mu.Lock() // another caller has the context
+	done := make(chan time.Duration)
+	go func() {
+		t0 := time.Now()
+		if err := ctx.Execute(p); err != nil {
+			t.Error(err)
+		}
+		done <- time.Since(t0)
+	}()
+	time.Sleep(hold)
+	ctx.mu.Unlock()
+	wall := <-done
+	if wall < hold || p.LastRun() <= 0 || p.LastRun() >= hold {
+		t.Errorf("Execute took %v (waiting %v for the context), LastRun %v: want more than 0 and less than the wait", wall, hold, p.LastRun())
+	}
+}

@@ -32,6 +32,13 @@ type Program interface {
 	Close()
 }
 
+// RunTimer is a Program that knows how long its last Run computed, not counting the wait for
+// the backend while another program ran (the CPU's): what a run costs the other users of a
+// shared backend.
+type RunTimer interface {
+	LastRun() time.Duration
+}
+
 // PlanStats describe a compiled program's memory.
 type PlanStats struct {
 	Nodes int `json:"nodes"`
@@ -195,6 +202,9 @@ func (c *CPU) Compile(g *Graph) (Program, error) {
 }
 
 func (p *cpuProgram) Run() error { return p.ctx.Execute(p.plan) }
+
+// LastRun: see RunTimer.
+func (p *cpuProgram) LastRun() time.Duration { return p.plan.LastRun() }
 
 func (p *cpuProgram) Input(name string) []float32 {
 	if b := p.io[name]; b != nil {

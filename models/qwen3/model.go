@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
@@ -340,7 +341,13 @@ type Session struct {
 	logits []float32
 	trace  bool                 // programs also output the embeddings and every layer's residual
 	hidden map[string][]float32 // the traced tensors of the last call
+	busy   time.Duration        // PrefillTime
 }
+
+// PrefillTime is the backend time the session's prefills have taken so far: their programs'
+// own run time, without the waits for the backend while other programs ran (the wall time
+// where the backend cannot tell). It is what the prefills cost the backend's other users.
+func (s *Session) PrefillTime() time.Duration { return s.busy }
 
 // maxPrograms bounds the compiled programs a session keeps (one per (tokens, cache bucket)).
 const maxPrograms = 256
@@ -437,8 +444,14 @@ func (s *Session) Prefill(ids []int32) ([]float32, error) {
 	for i := range t {
 		causalRow(mask[i*l:(i+1)*l], p+i)
 	}
+	t0 := time.Now()
 	if err := prog.Run(); err != nil {
 		return nil, err
+	}
+	if rt, ok := prog.(engine.RunTimer); ok {
+		s.busy += rt.LastRun()
+	} else {
+		s.busy += time.Since(t0)
 	}
 	s.pos += t
 	s.logits = append(s.logits[:0], prog.Output("logits")...)
