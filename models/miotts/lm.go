@@ -298,13 +298,16 @@ func (lm *LM) Generate(ctx context.Context, text string, opt GenOptions, emit fu
 		chunk = prefillChunk
 	}
 	var logits []float32
+	busy0 := sess.PrefillTime()
 	for i := 0; i < len(prompt); i += chunk {
 		if logits, err = sess.Prefill(prompt[i:min(i+chunk, len(prompt))]); err != nil {
 			return st, fmt.Errorf("miotts: prefill: %w", err)
 		}
 	}
 	st.Prefill = time.Since(t0)
-	lm.steps.notePrefill(st.Prefill, shared)
+	// What the prefill costs the streams generating meanwhile is the backend time of its
+	// chunks, not its wall time: their own rounds ran between the chunks.
+	lm.steps.notePrefill(sess.PrefillTime()-busy0, shared)
 	history := append(make([]int32, 0, len(prompt)+maxNew), prompt...)
 	// From here the stream's steps run batched with the other generating streams'.
 	lm.steps.join()

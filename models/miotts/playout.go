@@ -103,16 +103,16 @@ func (p *playout) onTime(now time.Time, gap, delay time.Duration) bool {
 }
 
 // rampFor is the longest tail of ramp (the earliest first audio) whose schedule a new piece
-// keeps at gap a token; no ramp (the first audio after a whole window) when none does. gap 0
-// (nothing measured yet) keeps the whole ramp.
-func rampFor(ramp []int, o miocodec.StreamOptions, gap time.Duration, codec *codecCost) []int {
+// keeps at gap a token, its tokens starting delay later; no ramp (the first audio after a
+// whole window) when none does. gap 0 (nothing measured yet) keeps the whole ramp.
+func rampFor(ramp []int, o miocodec.StreamOptions, gap, delay time.Duration, codec *codecCost) []int {
 	if gap <= 0 {
 		return ramp
 	}
 	now := time.Now()
 	for i := range ramp {
 		o.Ramp = ramp[i:]
-		if newPlayout(o, codec).onTime(now, gap, 0) {
+		if newPlayout(o, codec).onTime(now, gap, delay) {
 			return ramp[i:]
 		}
 	}

@@ -73,10 +73,10 @@ func TestPlayoutCodecCost(t *testing.T) {
 	// At 22 ms a token a free codec keeps the 10, 16 tail of the ramp; 2 ms a decoded token
 	// (the real codec on 2 cores measures 2.5-3.7) costs it the 10-token window.
 	o := miocodec.StreamOptions{}
-	if got := rampFor(DefaultRamp, o, 22*ms, nil); !slices.Equal(got, []int{10, 16}) {
+	if got := rampFor(DefaultRamp, o, 22*ms, 0, nil); !slices.Equal(got, []int{10, 16}) {
 		t.Fatalf("free codec at 22 ms a token: ramp %v, want [10 16]", got)
 	}
-	got := rampFor(DefaultRamp, o, 22*ms, &c)
+	got := rampFor(DefaultRamp, o, 22*ms, 0, &c)
 	if !slices.Equal(got, []int{16}) {
 		t.Errorf("2 ms a decoded token at 22 ms a token: ramp %v, want [16]", got)
 	}
@@ -91,18 +91,18 @@ func TestPlayoutCodecCost(t *testing.T) {
 func TestRampFor(t *testing.T) {
 	ms := time.Millisecond
 	o := miocodec.StreamOptions{}
-	if got := rampFor(DefaultRamp, o, 0, nil); !slices.Equal(got, DefaultRamp) {
+	if got := rampFor(DefaultRamp, o, 0, 0, nil); !slices.Equal(got, DefaultRamp) {
 		t.Errorf("nothing measured: %v", got)
 	}
-	if got := rampFor(DefaultRamp, o, 10*ms, nil); !slices.Equal(got, DefaultRamp) {
+	if got := rampFor(DefaultRamp, o, 10*ms, 0, nil); !slices.Equal(got, DefaultRamp) {
 		t.Errorf("10 ms a token: %v, want the whole ramp", got)
 	}
-	if got := rampFor(DefaultRamp, o, 35*ms, nil); len(got) != 0 {
+	if got := rampFor(DefaultRamp, o, 35*ms, 0, nil); len(got) != 0 {
 		t.Errorf("35 ms a token: %v, want no ramp", got)
 	}
 	prev := len(DefaultRamp)
 	for gap := 10 * ms; gap <= 36*ms; gap += 2 * ms {
-		got := rampFor(DefaultRamp, o, gap, nil)
+		got := rampFor(DefaultRamp, o, gap, 0, nil)
 		if len(got) > prev {
 			t.Errorf("%v a token: ramp %v is longer than at a shorter gap", gap, got)
 		}
@@ -160,9 +160,9 @@ func TestFitsProtectsPlayout(t *testing.T) {
 }
 
 // TestFitsCountsTheJoinersPrefill: a joining stream's prefill delays every speaking piece by
-// its length, so a piece whose lead covers the slower tokens but not that delay refuses the
-// join; the delay is the mean prefill measured beside other streams, else twice one measured
-// alone.
+// its backend time, so a piece whose lead covers the slower tokens but not that delay refuses
+// the join; the delay is the mean prefill measured beside other streams, else one measured
+// alone and a quarter (the chunks' overhead).
 func TestFitsCountsTheJoinersPrefill(t *testing.T) {
 	ms := time.Millisecond
 	lm, now := lmWithGaps(12*ms, 30*ms)
@@ -177,8 +177,8 @@ func TestFitsCountsTheJoinersPrefill(t *testing.T) {
 	if !lm.Fits(1) {
 		t.Fatal("no prefill measured: a piece with lead refuses a second stream")
 	}
-	lm.steps.notePrefill(lead/2+20*ms, false) // alone: counts twice
-	if lm.Fits(1) {
+	lm.steps.notePrefill(lead*4/5+20*ms, false) // alone: counts a quarter more
+	if d := lm.steps.joinDelay(); d != (lead*4/5+20*ms)*5/4 || lm.Fits(1) {
 		t.Errorf("a join delaying the piece by %v (its lead %v) fits", lm.steps.joinDelay(), lead)
 	}
 	lm.steps.notePrefill(lead-50*ms, true) // measured beside other streams: replaces the estimate
@@ -188,6 +188,46 @@ func TestFitsCountsTheJoinersPrefill(t *testing.T) {
 	lm.steps.notePrefill(lead+350*ms, true) // a running mean: (3·old + new) / 4
 	if d, want := lm.steps.joinDelay(), (3*(lead-50*ms)+lead+350*ms)/4; d != want || lm.Fits(1) {
 		t.Errorf("join delay %v (want %v), fits %v with lead %v", d, want, lm.Fits(1), lead)
+	}
+}
+
+// TestRampPlanLeavesRoomWhileStreamsWait: once admission has refused a stream, a piece that
+// starts plans its ramp for one stream more and a joiner's prefill, so that its ramp does not
+// keep the waiting stream out; without a refusal in demandSpan it plans for the streams there
+// are.
+func TestRampPlanLeavesRoomWhileStreamsWait(t *testing.T) {
+	ms := time.Millisecond
+	lm, now := lmWithGaps(12*ms, 30*ms)
+	lm.steps.notePrefill(200*ms, true)
+	if gap, delay := lm.rampPlan(1); gap != 12*ms || delay != 0 {
+		t.Errorf("nobody waiting: plan %v after %v, want 12ms after 0s", gap, delay)
+	}
+	ramping := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp}, nil)
+	ramping.generated.Store(8)
+	ramping.first.Store(now.UnixNano())
+	done := lm.steps.play(ramping)
+	if lm.Fits(1) {
+		t.Fatal("a second stream fits while a piece's whole ramp needs the model alone")
+	}
+	done()
+	gap, delay := lm.rampPlan(1)
+	if gap != 30*ms || delay != 200*ms {
+		t.Fatalf("a stream refused: plan %v after %v, want 30ms after 200ms", gap, delay)
+	}
+	o := miocodec.StreamOptions{}
+	o.Ramp = rampFor(DefaultRamp, o, gap, delay, nil)
+	if len(o.Ramp) == len(DefaultRamp) {
+		t.Errorf("planned with room for a join, the piece kept the whole ramp %v", o.Ramp)
+	}
+	defer lm.steps.play(newPlayout(o, nil))()
+	if !lm.Fits(1) {
+		t.Errorf("a piece that planned its ramp %v for a join refuses it", o.Ramp)
+	}
+	lm.steps.mu.Lock()
+	lm.steps.refusedAt = time.Now().Add(-demandSpan - time.Second)
+	lm.steps.mu.Unlock()
+	if gap, delay := lm.rampPlan(1); gap != 12*ms || delay != 0 {
+		t.Errorf("the last refusal long ago: plan %v after %v, want 12ms after 0s", gap, delay)
 	}
 }
 
@@ -201,7 +241,7 @@ func TestSynthesizeRampFollowsMeasuredGap(t *testing.T) {
 	st.tokenGap[1], st.gapAt[1] = 30*time.Millisecond, time.Now()
 	st.mu.Unlock()
 	tts.codec.ns.Store(0) // the tiny codec's cost, measured by earlier syntheses, is left out
-	want := rampFor(DefaultRamp, miocodec.StreamOptions{}, 30*time.Millisecond, nil)
+	want := rampFor(DefaultRamp, miocodec.StreamOptions{}, 30*time.Millisecond, 0, nil)
 	if !slices.Equal(want, []int{16}) {
 		t.Fatalf("ramp at 30 ms a token %v, want [16]", want)
 	}
