@@ -315,13 +315,19 @@ func miottsWeights(specs []weights.Spec, seed uint64, dt gguf.DType, progress io
 	return tensors
 }
 
-// byteLevelTokenizer makes tokenizer files for a random model: the 256 byte symbols as the
-// whole BPE vocabulary (no merges, so text costs one token per byte) and the chat and speech
-// tokens at the ids the published tokenizer gives them (tiny: right after <|im_end|>).
+// byteLevelTokenizer makes tokenizer files for a random model: the 256 byte symbols, and at
+// real sizes the merges learnt from englishCorpus (englishMerges: English prompts cost about
+// the tokens the published tokenizer gives them; tiny models have no merges, so text costs
+// one token per byte), and the chat and speech tokens at the ids the published tokenizer
+// gives them (tiny: right after <|im_end|>).
 func byteLevelTokenizer(cfg qwen3.Config, size string) ([]gguf.EmbeddedFile, error) {
 	vocab := map[string]int{}
 	for b, r := range bpe.ByteSymbols() {
 		vocab[string(r)] = b
+	}
+	merges := []byte("#version: 0.2\n")
+	if size != "tiny" {
+		merges = mergesFile(englishMerges(), vocab, 256)
 	}
 	added := map[string]map[string]any{}
 	add := func(id int, content string, special bool) {
@@ -336,7 +342,7 @@ func byteLevelTokenizer(cfg qwen3.Config, size string) ([]gguf.EmbeddedFile, err
 	if size != "tiny" {
 		speech0 = 151669 // Qwen3 keeps 23 other added tokens between <|im_end|> and <|s_0|>
 	}
-	if speech0+12800 > cfg.Vocab || eos-2 < 256 {
+	if speech0+12800 > cfg.Vocab || eos-2 < len(vocab) {
 		return nil, fmt.Errorf("vocabulary of %d has no room for the speech tokens", cfg.Vocab)
 	}
 	for c := range 12800 {
@@ -350,7 +356,7 @@ func byteLevelTokenizer(cfg qwen3.Config, size string) ([]gguf.EmbeddedFile, err
 	if err != nil {
 		return nil, err
 	}
-	return []gguf.EmbeddedFile{{Name: "vocab.json", Data: v}, {Name: "merges.txt", Data: []byte("#version: 0.2\n")},
+	return []gguf.EmbeddedFile{{Name: "vocab.json", Data: v}, {Name: "merges.txt", Data: merges},
 		{Name: "tokenizer_config.json", Data: tc}}, nil
 }
 
