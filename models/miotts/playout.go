@@ -1,6 +1,7 @@
 package miotts
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -102,19 +103,52 @@ func (p *playout) onTime(now time.Time, gap, delay time.Duration) bool {
 	return p.slack(now, gap)-delay >= -lateTolerance
 }
 
-// rampFor is the longest tail of ramp (the earliest first audio) whose schedule a new piece
-// keeps at gap a token, its tokens starting delay later; no ramp (the first audio after a
-// whole window) when none does. gap 0 (nothing measured yet) keeps the whole ramp.
-func rampFor(ramp []int, o miocodec.StreamOptions, gap, delay time.Duration, codec *codecCost) []int {
+// slowerGrowth are the factors by which rampFor grows a ramp's windows from its first core
+// when the ramp as given would come late: the same first audio, more windows (each decodes
+// its context again) growing as fast as the tokens let the audio get ahead.
+var slowerGrowth = []float64{1.4, 1.25}
+
+// maxRampWindows bounds a grown ramp: past it the steady windows follow.
+const maxRampWindows = 8
+
+// rampFor is the ramp a new piece plays that gives the earliest first audio whose schedule
+// it keeps at gap a token, its tokens starting delay later: a tail of ramp, tried from the
+// whole one, each tail as given or grown more slowly from its first core (slowerGrowth);
+// no ramp (the first audio after a whole window) when none keeps it. skipped is how many of
+// ramp's first windows the choice left out. gap 0 (nothing measured yet) keeps the whole
+// ramp.
+func rampFor(ramp []int, o miocodec.StreamOptions, gap, delay time.Duration, codec *codecCost) (chosen []int, skipped int) {
 	if gap <= 0 {
-		return ramp
+		return ramp, 0
 	}
 	now := time.Now()
+	keeps := func(r []int) bool {
+		o.Ramp = r
+		return newPlayout(o, codec).onTime(now, gap, delay)
+	}
+	steady := o.Core
+	if steady <= 0 {
+		steady = miocodec.DefaultCore
+	}
 	for i := range ramp {
-		o.Ramp = ramp[i:]
-		if newPlayout(o, codec).onTime(now, gap, delay) {
-			return ramp[i:]
+		if keeps(ramp[i:]) {
+			return ramp[i:], i
+		}
+		for _, g := range slowerGrowth {
+			if r := grownRamp(ramp[i], g, steady); keeps(r) {
+				return r, i
+			}
 		}
 	}
-	return ramp[len(ramp):]
+	return ramp[len(ramp):], len(ramp)
+}
+
+// grownRamp is the ramp from core first, each next core g times the last (one more at
+// least), up to maxRampWindows windows or the steady core.
+func grownRamp(first int, g float64, steady int) []int {
+	var r []int
+	for c := first; c < steady && len(r) < maxRampWindows; c = max(c+1, int(math.Round(float64(c)*g))) {
+		r = append(r, c)
+	}
+	return r
 }

@@ -70,15 +70,16 @@ func TestPlayoutCodecCost(t *testing.T) {
 	if free := newPlayout(miocodec.StreamOptions{Core: 24}, nil).slack(now, 30*ms); free-want != 16*2*ms {
 		t.Errorf("the cost took %v off the slack, want the 16 more tokens of the second window's decode (32ms)", free-want)
 	}
-	// At 22 ms a token a free codec keeps the 10, 16 tail of the ramp; 2 ms a decoded token
-	// (the real codec on 2 cores measures 2.5-3.7) costs it the 10-token window.
+	// At 25 ms a token the default ramp comes late. A free codec keeps its first audio after
+	// 4 tokens with windows growing 1.4 times a window; at 2 ms a decoded token (the real
+	// codec on 2 cores measures 1.5-2.5) they must grow 1.25 times.
 	o := miocodec.StreamOptions{}
-	if got := rampFor(DefaultRamp, o, 22*ms, 0, nil); !slices.Equal(got, []int{10, 16}) {
-		t.Fatalf("free codec at 22 ms a token: ramp %v, want [10 16]", got)
+	if got, _ := rampFor(DefaultRamp, o, 25*ms, 0, nil); !slices.Equal(got, grownRamp(4, 1.4, 24)) {
+		t.Fatalf("free codec at 25 ms a token: ramp %v, want %v", got, grownRamp(4, 1.4, 24))
 	}
-	got := rampFor(DefaultRamp, o, 22*ms, 0, &c)
-	if !slices.Equal(got, []int{16}) {
-		t.Errorf("2 ms a decoded token at 22 ms a token: ramp %v, want [16]", got)
+	got, skipped := rampFor(DefaultRamp, o, 25*ms, 0, &c)
+	if !slices.Equal(got, grownRamp(4, 1.25, 24)) || skipped != 0 {
+		t.Errorf("2 ms a decoded token at 25 ms a token: ramp %v (%d skipped), want %v", got, skipped, grownRamp(4, 1.25, 24))
 	}
 	o.Ramp = got
 	if !newPlayout(o, &c).onTime(now, 22*ms, 0) {
@@ -86,30 +87,61 @@ func TestPlayoutCodecCost(t *testing.T) {
 	}
 }
 
-// TestRampFor: a lone fast stream keeps the whole ramp; slower ones start later in it, and
-// at near real time the first audio waits for a whole window.
+// TestRampFor: a lone fast stream keeps the whole ramp; slower ones grow their windows more
+// slowly, then start later in it, and at near real time the first audio waits for a whole
+// window. The first audio never comes earlier for a slower stream, and every choice keeps its
+// schedule.
 func TestRampFor(t *testing.T) {
 	ms := time.Millisecond
 	o := miocodec.StreamOptions{}
-	if got := rampFor(DefaultRamp, o, 0, 0, nil); !slices.Equal(got, DefaultRamp) {
+	if got, _ := rampFor(DefaultRamp, o, 0, 0, nil); !slices.Equal(got, DefaultRamp) {
 		t.Errorf("nothing measured: %v", got)
 	}
-	if got := rampFor(DefaultRamp, o, 10*ms, 0, nil); !slices.Equal(got, DefaultRamp) {
+	if got, _ := rampFor(DefaultRamp, o, 10*ms, 0, nil); !slices.Equal(got, DefaultRamp) {
 		t.Errorf("10 ms a token: %v, want the whole ramp", got)
 	}
-	if got := rampFor(DefaultRamp, o, 35*ms, 0, nil); len(got) != 0 {
-		t.Errorf("35 ms a token: %v, want no ramp", got)
+	if got, skipped := rampFor(DefaultRamp, o, 36*ms, 0, nil); len(got) != 0 || skipped != len(DefaultRamp) {
+		t.Errorf("36 ms a token: %v (%d skipped), want no ramp", got, skipped)
 	}
-	prev := len(DefaultRamp)
-	for gap := 10 * ms; gap <= 36*ms; gap += 2 * ms {
-		got := rampFor(DefaultRamp, o, gap, 0, nil)
-		if len(got) > prev {
-			t.Errorf("%v a token: ramp %v is longer than at a shorter gap", gap, got)
+	first := func(r []int) int { // tokens of core before the first audio
+		if len(r) == 0 {
+			return miocodec.DefaultCore
 		}
-		prev = len(got)
+		return r[0]
+	}
+	prev := 0
+	for gap := 10 * ms; gap <= 36*ms; gap += 2 * ms {
+		got, _ := rampFor(DefaultRamp, o, gap, 0, nil)
+		if first(got) < prev {
+			t.Errorf("%v a token: ramp %v starts earlier than at a shorter gap", gap, got)
+		}
+		prev = first(got)
+		if len(got) > maxRampWindows {
+			t.Errorf("%v a token: ramp %v of more than %d windows", gap, got, maxRampWindows)
+		}
 		o.Ramp = got
 		if !newPlayout(o, nil).onTime(time.Now(), gap, 0) && len(got) > 0 {
 			t.Errorf("%v a token: the chosen ramp %v is late", gap, got)
+		}
+	}
+}
+
+// TestGrownRamp: cores grow by the factor (one token at least) up to the steady core, within
+// maxRampWindows windows.
+func TestGrownRamp(t *testing.T) {
+	for _, c := range []struct {
+		first int
+		g     float64
+		want  []int
+	}{
+		{4, 1.4, []int{4, 6, 8, 11, 15, 21}},
+		{4, 1.25, []int{4, 5, 6, 8, 10, 13, 16, 20}},
+		{16, 1.4, []int{16, 22}},
+		{24, 1.4, nil},
+		{1, 1.01, []int{1, 2, 3, 4, 5, 6, 7, 8}},
+	} {
+		if got := grownRamp(c.first, c.g, 24); !slices.Equal(got, c.want) {
+			t.Errorf("grownRamp(%d, %v, 24) = %v, want %v", c.first, c.g, got, c.want)
 		}
 	}
 }
@@ -215,7 +247,7 @@ func TestRampPlanLeavesRoomWhileStreamsWait(t *testing.T) {
 		t.Fatalf("a stream refused: plan %v after %v, want 30ms after 200ms", gap, delay)
 	}
 	o := miocodec.StreamOptions{}
-	o.Ramp = rampFor(DefaultRamp, o, gap, delay, nil)
+	o.Ramp, _ = rampFor(DefaultRamp, o, gap, delay, nil)
 	if len(o.Ramp) == len(DefaultRamp) {
 		t.Errorf("planned with room for a join, the piece kept the whole ramp %v", o.Ramp)
 	}
@@ -241,7 +273,7 @@ func TestSynthesizeRampFollowsMeasuredGap(t *testing.T) {
 	st.tokenGap[1], st.gapAt[1] = 30*time.Millisecond, time.Now()
 	st.mu.Unlock()
 	tts.codec.ns.Store(0) // the tiny codec's cost, measured by earlier syntheses, is left out
-	want := rampFor(DefaultRamp, miocodec.StreamOptions{}, 30*time.Millisecond, 0, nil)
+	want, _ := rampFor(DefaultRamp, miocodec.StreamOptions{}, 30*time.Millisecond, 0, nil)
 	if !slices.Equal(want, []int{16}) {
 		t.Fatalf("ramp at 30 ms a token %v, want [16]", want)
 	}

@@ -52,8 +52,9 @@ type TTS struct {
 // real 0.6B model) and grows the windows 4, 6, 10, 16, then 24: each window needs only a few
 // more tokens than the audio already out lasts, so at up to ~20 ms a token (2× real time) the
 // stream never runs dry after its first audio. A piece whose tokens will come slower (a
-// slower machine, streams sharing the model) starts later in the ramp (rampFor). Early cores
-// see less future than later ones.
+// slower machine, streams sharing the model) grows its windows more slowly from the same
+// first one, or starts later in the ramp (rampFor). Early cores see less future than later
+// ones.
 var DefaultRamp = []int{4, 6, 10, 16}
 
 // Options configure Load.
@@ -192,8 +193,8 @@ type Stats struct {
 	Decode       time.Duration // LM decode steps
 	Codec        time.Duration // codec windows
 	CodecSamples int
-	// RampSkipped counts the ramp windows the pieces left out because the model was shared
-	// and their early windows would have come late (rampFor).
+	// RampSkipped counts the ramp's first windows the pieces left out because the model was
+	// shared and those windows would have come late (rampFor).
 	RampSkipped int
 }
 
@@ -276,12 +277,13 @@ func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen Ge
 	defer t.pieces.Add(-1)
 	so := t.Stream
 	gap, delay := t.LM.rampPlan(int(n))
-	so.Ramp = rampFor(t.Ramp, so, gap, delay, &t.codec)
+	var skipped int
+	so.Ramp, skipped = rampFor(t.Ramp, so, gap, delay, &t.codec)
 	cs, err := t.Codec.NewStream(emb, so)
 	if err != nil {
 		return err
 	}
-	st.RampSkipped += len(t.Ramp) - len(so.Ramp)
+	st.RampSkipped += skipped
 	play := newPlayout(cs.Options(), &t.codec)
 	defer t.LM.steps.play(play)()
 	// The codec batches the windows of the pieces speaking at once: compile the batch size
