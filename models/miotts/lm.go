@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -125,11 +126,21 @@ func LoadLM(path string, backend engine.Backend) (*LM, error) {
 	if err := lm.resolveIDs(cfg.Vocab); err != nil {
 		return nil, fmt.Errorf("miotts: %s: %w", path, err)
 	}
+	if byteLevelOnly(tok, cfg.Vocab) {
+		slog.Warn("this model's tokenizer has no merges, so its prompts cost a token a byte (several times the published tokenizer's): "+
+			"a random model made by voxpipe mkmodel before its tokenizer learnt merges; remake it for realistic prefill and TTS load figures", "model", path)
+	}
 	if lm.Model, err = qwen3.FromSource(cfg, f, backend); err != nil {
 		return nil, err
 	}
 	lm.steps = newStepper(lm.Model)
 	return lm, nil
+}
+
+// byteLevelOnly reports a tokenizer for a real-size vocabulary that splits English into
+// bytes: no merges at all.
+func byteLevelOnly(tok *bpe.Tokenizer, vocab int) bool {
+	return vocab >= 100000 && len(tok.Encode(" the")) > 1
 }
 
 func (lm *LM) resolveIDs(vocab int) error {

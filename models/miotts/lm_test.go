@@ -2,6 +2,7 @@ package miotts
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/internal/golden"
+	"github.com/voxpipe/voxpipe/models/bpe"
 )
 
 func loadGoldenLM(t *testing.T) *LM {
@@ -168,5 +170,42 @@ func TestPromptEncodesUserTextAsPlainText(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// TestByteLevelOnly: a real-size vocabulary whose tokenizer has no merges is told apart (Load
+// warns of it); one with merges, or a tiny model's, is not.
+func TestByteLevelOnly(t *testing.T) {
+	tokenizer := func(merges ...string) *bpe.Tokenizer {
+		t.Helper()
+		vocab := map[string]int{}
+		for b, r := range bpe.ByteSymbols() {
+			vocab[string(r)] = b
+		}
+		txt := "#version: 0.2\n"
+		for _, m := range merges {
+			l, r, _ := strings.Cut(m, " ")
+			vocab[l+r] = len(vocab)
+			txt += m + "\n"
+		}
+		v, err := json.Marshal(vocab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := bpe.Load(v, []byte(txt), []byte(`{"added_tokens_decoder": {}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	bytesOnly, merged := tokenizer(), tokenizer("Ġ t", "Ġt h", "Ġth e")
+	if !byteLevelOnly(bytesOnly, 151936) {
+		t.Error("no merges, real-size vocabulary: not told apart")
+	}
+	if byteLevelOnly(merged, 151936) {
+		t.Error(`" the" merged to one token, yet told apart`)
+	}
+	if byteLevelOnly(bytesOnly, 1024) {
+		t.Error("a tiny vocabulary told apart")
 	}
 }
