@@ -156,6 +156,15 @@ func lmWithGaps(gaps ...time.Duration) (*LM, time.Time) {
 	return lm, now
 }
 
+// playRamping makes a piece speaking on lm that is just past its first audio (at now) in the
+// default ramp; done ends it.
+func playRamping(lm *LM, now time.Time) (p *playout, done func()) {
+	p = newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp}, nil)
+	p.generated.Store(8)
+	p.first.Store(now.UnixNano())
+	return p, lm.steps.play(p)
+}
+
 // TestFitsProtectsPlayout: a measured gap within the budget still refuses a stream while a
 // piece speaking now would fall behind its playout at the gap one more stream brings.
 func TestFitsProtectsPlayout(t *testing.T) {
@@ -164,12 +173,8 @@ func TestFitsProtectsPlayout(t *testing.T) {
 	if !lm.Fits(1) {
 		t.Fatal("2 streams at 30 ms do not fit with no piece speaking")
 	}
-	// A piece just past its first audio in the default ramp: at 30 ms a token its next
-	// windows come late.
-	p := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp}, nil)
-	p.generated.Store(8)
-	p.first.Store(now.UnixNano())
-	done := lm.steps.play(p)
+	// At 30 ms a token its next windows come late.
+	p, done := playRamping(lm, now)
 	if lm.Fits(1) {
 		t.Error("a second stream fits while the first piece's ramp needs it alone")
 	}
@@ -234,10 +239,7 @@ func TestRampPlanLeavesRoomWhileStreamsWait(t *testing.T) {
 	if gap, delay := lm.rampPlan(1); gap != 12*ms || delay != 0 {
 		t.Errorf("nobody waiting: plan %v after %v, want 12ms after 0s", gap, delay)
 	}
-	ramping := newPlayout(miocodec.StreamOptions{Ramp: DefaultRamp}, nil)
-	ramping.generated.Store(8)
-	ramping.first.Store(now.UnixNano())
-	done := lm.steps.play(ramping)
+	_, done := playRamping(lm, now)
 	if lm.Fits(1) {
 		t.Fatal("a second stream fits while a piece's whole ramp needs the model alone")
 	}
