@@ -271,8 +271,9 @@ const codecAhead = 64
 // decode step (a stream late to a batched round waits for the next one).
 func (t *TTS) speakPiece(ctx context.Context, text string, emb []float32, gen GenOptions, st *Stats, out func([]float32, bool) error) error {
 	// The ramp's early audio needs tokens faster than real time: with other streams sharing
-	// the model, or waiting to (rampPlan), a piece starts later in its ramp (or after a whole
-	// window) so that it does not fall behind its own playout.
+	// the model, or waiting to (rampPlan), a piece grows its ramp's windows more slowly or
+	// starts later in it (or after a whole window: rampFor) so that it does not fall behind
+	// its own playout.
 	n := t.pieces.Add(1)
 	defer t.pieces.Add(-1)
 	so := t.Stream
