@@ -107,8 +107,9 @@ func TestConcurrentGenerateMatchesAlone(t *testing.T) {
 
 // TestFitsFromTokenGaps: admission's capacity from measured gaps between a stream's tokens
 // — one stream before anything is measured, measured counts within the budget (36 ms of
-// the 40 ms a token lasts), one stream beyond the most measured when its predicted gap fits,
-// nothing further, and stale measurements forgotten.
+// the 40 ms a token lasts), one stream beyond the most measured when its predicted gap fits
+// (×1.5 a stream at most, ×(k+1)/k from k streams), nothing further, and stale measurements
+// forgotten.
 func TestFitsFromTokenGaps(t *testing.T) {
 	lm := &LM{steps: newStepper(nil)}
 	check := func(what string, want []bool) {
@@ -134,7 +135,11 @@ func TestFitsFromTokenGaps(t *testing.T) {
 	check("2 at 30 ms", []bool{true, true, false}) // 3 predicted at 45 ms
 	gap[1] = 50 * ms
 	check("1 slowed to 50 ms", []bool{true, true, false}) // one stream alone always fits
-	gap[1], gap[2], gap[4] = 10*ms, 0, 30*ms
+	gap[1], gap[2], gap[3] = 10*ms, 20*ms, 26*ms
+	check("3 at 26 ms", []bool{true, true, true, true, false}) // 4 predicted at 26·4/3 ≈ 34.7 ms
+	gap[3] = 28 * ms
+	check("3 at 28 ms", []bool{true, true, true, false}) // 4 predicted at 37.3 ms
+	gap[1], gap[2], gap[3], gap[4] = 10*ms, 0, 0, 30*ms
 	check("4 at 30 ms, 2 and 3 never run", []bool{true, true, true, true, false}) // judged by 4
 	if c := lm.BatchStats().Capacity; c != 4 {
 		t.Errorf("capacity %d, want 4", c)
