@@ -451,8 +451,7 @@ func (g *Graph) Concat(axis int, ts ...Tensor) Tensor {
 	}
 	shape := ts[0].Shape()
 	shape[ax] = 0
-	cs := make([]Tensor, len(ts))
-	for i, t := range ts {
+	for _, t := range ts {
 		if t.Rank() != len(shape) || t.DType() != ts[0].DType() {
 			return g.fail("Concat", "ranks or dtypes differ", ts...)
 		}
@@ -462,9 +461,9 @@ func (g *Graph) Concat(axis int, ts ...Tensor) Tensor {
 			}
 		}
 		shape[ax] += t.Dim(ax)
-		cs[i] = t // the kernels copy from any strides
 	}
-	return g.addNode(cgo.OpConcat, shape, ts[0].DType(), cs, [8]int64{int64(ax)}, [4]float32{})
+	// The sources as they are: the kernels copy from any strides.
+	return g.addNode(cgo.OpConcat, shape, ts[0].DType(), ts, [8]int64{int64(ax)}, [4]float32{})
 }
 
 // Pad modes.
