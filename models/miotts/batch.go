@@ -161,8 +161,8 @@ const (
 	gapBudget   = tokenPeriod * 9 / 10
 )
 
-// gapGrowth is how much longer the gap is predicted to be with one stream more than the most
-// measured so far, k: at most ×1.5 (measured on 2 cores, the codec included: ×1.5 from 1 to
+// gapGrowth is the most by which the gap is predicted to grow with one stream more than the
+// most measured so far, k: at most ×1.5 (measured on 2 cores, the codec included: ×1.5 from 1 to
 // 2 streams, ×1.6 from 2 to 4), and no more than (k+1)/k, the growth if every stream's work
 // were its own (the weights the batched step reads once make it less). A flat ×1.5 kept
 // servers from ever trying a 4th stream: 3 at 25.5 ms a token predicted 38 ms for 4, over
@@ -174,10 +174,10 @@ func gapGrowth(k int) float64 {
 // Fits reports whether active+1 streams would generate in real time together: each
 // stream's gap between tokens within gapBudget, and no piece speaking now predicted to fall
 // behind its playout (playout.onTime) at the gap predicted for one stream more, after the
-// delay the joining stream's prefill adds (joinDelay). A count of
-// streams measured in the last gapAge is judged by its gap; one stream beyond the most
-// measured is predicted from it (gapGrowth); further than that is refused until the count in
-// between has run (capacity is probed a stream at a time). One stream alone always fits:
+// delay the joining stream's prefill adds (joinDelay). A count of streams measured in the
+// last gapAge is judged by its gap, or a larger count's lower one; one stream beyond the most
+// measured is predicted from the counts measured (predictGap); further than that is refused
+// until the count in between has run (capacity is probed a stream at a time). One stream alone always fits:
 // there is no one to protect, and refusing it would leave nothing to measure.
 func (lm *LM) Fits(active int) bool {
 	st := lm.steps
@@ -225,26 +225,55 @@ func (st *stepper) mostMeasured() int {
 	return 0
 }
 
-// predictGap is the gap between a stream's tokens while b streams generate: the measured
-// one, else the nearest measured larger count's (gaps grow with b), else the most measured
-// one's grown by gapGrowth a stream; 0 when nothing is measured. from is the count of
-// streams it was measured with. st.mu is held.
+// predictGap is the gap between a stream's tokens while b streams generate; 0 when nothing
+// is measured. from is the count of streams it was measured with. st.mu is held.
+//   - Up to the most streams measured: the least gap measured with b streams or more. Gaps
+//     grow with the count, so a larger count's lower gap bounds a smaller count's: the
+//     higher one was taken while work its count does not show held the engine (joiners'
+//     prefills, the codec tails of pieces that had stopped generating), and a count refused
+//     by its own stale figure would never run to correct it (a 4-session load ran one stream
+//     at a time for 20 s on a 2-stream gap of 44 ms, 4 streams having measured 23 ms).
+//   - Beyond: the most measured count's gap, grown a stream at a time by the slope measured
+//     from the fewest streams measured to the most, kept between half and all of the
+//     growth gapGrowth allows (all of it when one count alone is measured).
 func (st *stepper) predictGap(b int) (gap time.Duration, from int) {
 	b = min(max(b, 1), qwen3.MaxBatch)
 	most := st.mostMeasured()
 	if most == 0 {
 		return 0, 0
 	}
-	for k := b; k <= most; k++ {
-		if st.tokenGap[k] > 0 {
-			return st.tokenGap[k], k
+	if b <= most {
+		return st.leastGap(b, most)
+	}
+	gap, from = st.tokenGap[most], most
+	var slope time.Duration
+	sloped := false
+	for j := 1; j < most; j++ {
+		if st.tokenGap[j] > 0 {
+			low, _ := st.leastGap(j, most)
+			slope, sloped = (gap-low)/time.Duration(most-j), true
+			break
 		}
 	}
-	gap = st.tokenGap[most]
 	for k := most; k < b; k++ {
-		gap = time.Duration(float64(gap) * gapGrowth(k))
+		step := time.Duration(float64(gap) * (gapGrowth(k) - 1))
+		if sloped {
+			step = min(step, max(slope, step/2))
+		}
+		gap += step
 	}
-	return gap, most
+	return gap, from
+}
+
+// leastGap is the least gap measured with from b to most streams, and that count (gap 0
+// when none is); st.mu is held.
+func (st *stepper) leastGap(b, most int) (gap time.Duration, from int) {
+	for k := b; k <= most; k++ {
+		if g := st.tokenGap[k]; g > 0 && (gap == 0 || g < gap) {
+			gap, from = g, k
+		}
+	}
+	return gap, from
 }
 
 // PredictGap is the gap between a stream's tokens predicted for b streams generating

@@ -107,9 +107,10 @@ func TestConcurrentGenerateMatchesAlone(t *testing.T) {
 
 // TestFitsFromTokenGaps: admission's capacity from measured gaps between a stream's tokens
 // — one stream before anything is measured, measured counts within the budget (36 ms of
-// the 40 ms a token lasts), one stream beyond the most measured when its predicted gap fits
-// (×1.5 a stream at most, ×(k+1)/k from k streams), nothing further, and stale measurements
-// forgotten.
+// the 40 ms a token lasts) or bounded by a larger count's lower gap, one stream beyond the
+// most measured when its predicted gap fits (grown by the slope measured, kept between half
+// and all of ×(k+1)/k from k streams, ×1.5 at most), nothing further, and stale
+// measurements forgotten.
 func TestFitsFromTokenGaps(t *testing.T) {
 	lm := &LM{steps: newStepper(nil)}
 	check := func(what string, want []bool) {
@@ -136,9 +137,16 @@ func TestFitsFromTokenGaps(t *testing.T) {
 	gap[1] = 50 * ms
 	check("1 slowed to 50 ms", []bool{true, true, false}) // one stream alone always fits
 	gap[1], gap[2], gap[3] = 10*ms, 20*ms, 26*ms
-	check("3 at 26 ms", []bool{true, true, true, true, false}) // 4 predicted at 26·4/3 ≈ 34.7 ms
+	check("3 at 26 ms", []bool{true, true, true, true, false}) // 4 predicted at 26 + 8 ms
 	gap[3] = 28 * ms
-	check("3 at 28 ms", []bool{true, true, true, false}) // 4 predicted at 37.3 ms
+	check("3 at 28 ms", []bool{true, true, true, false}) // 4 predicted at 28 + 9 ms
+	gap[1], gap[2] = 20*ms, 24*ms
+	// ×4/3 would predict 37.3 ms; the slope of 4 ms a stream is below half of that growth.
+	check("4 ms more a stream", []bool{true, true, true, true, false}) // 4 at 28 + 4.7 ms
+	gap[1], gap[2], gap[3], gap[4] = 15*ms, 44*ms, 50*ms, 23*ms
+	// 2 and 3 streams measured while joiners prefilled; 4 ran at 23 ms since, which bounds
+	// them, and 5 are predicted from it (at 23 + 2.9 ms).
+	check("2 and 3 slower than 4", []bool{true, true, true, true, true, false})
 	gap[1], gap[2], gap[3], gap[4] = 10*ms, 0, 0, 30*ms
 	check("4 at 30 ms, 2 and 3 never run", []bool{true, true, true, true, false}) // judged by 4
 	if c := lm.BatchStats().Capacity; c != 4 {
