@@ -155,7 +155,8 @@ type bridgeReport struct {
 func runBridge(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bridge", "bridge --in DEV --out DEV [--voice dsp] [--pitch N] [--formant N] | [--model MEANVC2.gguf --ref REF.wav]", stderr)
 	o := bridgeOptions{readout: stderr}
-	fs.StringVar(&o.backend, "backend", "", "audio backend (alsa, pulse, jack, wasapi, coreaudio, null)")
+	// --backend is where the model runs, as on every command that runs one (vcOptions).
+	fs.StringVar(&o.backend, "audio-backend", "", "audio system (alsa, pulse, jack, wasapi, coreaudio, null; empty: the platform's default)")
 	fs.StringVar(&o.in, "in", "", "input device: number or part of the name from 'voxpipe devices' (default device if empty)")
 	fs.StringVar(&o.out, "out", "", "output device, e.g. a virtual cable that OBS captures (default device if empty)")
 	fs.StringVar(&o.voice, "voice", "dsp", "voice (meanvc2 with --model, or meanvc2-120ms / meanvc2-40ms naming the file's variant)")

@@ -245,6 +245,30 @@ func TestTTSCommand(t *testing.T) {
 	}
 }
 
+// TestEveryCommandHelp: every command and benchmark prints its flags and exits 0 for -h. A
+// flag defined twice panics when its command starts (bridge's audio system and the model's
+// --backend did, for every bridge run), which tests calling the command's function directly
+// never see.
+func TestEveryCommandHelp(t *testing.T) {
+	args := [][]string{}
+	for _, c := range commands {
+		if c.name != "bench" {
+			args = append(args, []string{c.name, "-h"})
+		}
+	}
+	for name := range benches {
+		args = append(args, []string{"bench", name, "-h"})
+	}
+	for _, a := range args {
+		t.Run(strings.Join(a[:len(a)-1], " "), func(t *testing.T) {
+			_, stderr, code := runCmd(t, a...)
+			if code != 0 || !strings.Contains(stderr, "Usage: voxpipe "+a[0]) {
+				t.Errorf("exit %d: %q", code, stderr)
+			}
+		})
+	}
+}
+
 // First contact: version, help COMMAND, and clear errors for a bare port and for output
 // files voxpipe would not write in the format their name says.
 func TestFirstContact(t *testing.T) {
