@@ -100,8 +100,8 @@ func TestRampFor(t *testing.T) {
 	if got, _ := rampFor(DefaultRamp, o, 10*ms, 0, nil); !slices.Equal(got, DefaultRamp) {
 		t.Errorf("10 ms a token: %v, want the whole ramp", got)
 	}
-	if got, skipped := rampFor(DefaultRamp, o, 36*ms, 0, nil); len(got) != 0 || skipped != len(DefaultRamp) {
-		t.Errorf("36 ms a token: %v (%d skipped), want no ramp", got, skipped)
+	if got, skipped := rampFor(DefaultRamp, o, 38*ms, 0, nil); len(got) != 0 || skipped != len(DefaultRamp) {
+		t.Errorf("38 ms a token: %v (%d skipped), want no ramp", got, skipped)
 	}
 	first := func(r []int) int { // tokens of core before the first audio
 		if len(r) == 0 {
@@ -110,7 +110,7 @@ func TestRampFor(t *testing.T) {
 		return r[0]
 	}
 	prev := 0
-	for gap := 10 * ms; gap <= 36*ms; gap += 2 * ms {
+	for gap := 10 * ms; gap <= 38*ms; gap += 2 * ms {
 		got, _ := rampFor(DefaultRamp, o, gap, 0, nil)
 		if first(got) < prev {
 			t.Errorf("%v a token: ramp %v starts earlier than at a shorter gap", gap, got)
@@ -265,19 +265,19 @@ func TestRampPlanLeavesRoomWhileStreamsWait(t *testing.T) {
 	}
 }
 
-// TestSynthesizeRampFollowsMeasuredGap: a piece that will get a token every 30 ms (measured
+// TestSynthesizeRampFollowsMeasuredGap: a piece that will get a token every 34 ms (measured
 // for one stream) skips the ramp windows it could not keep: its first audio is the 16-token
 // window, and its audio is the codec stream's with that ramp.
 func TestSynthesizeRampFollowsMeasuredGap(t *testing.T) {
 	tts, clip, rate := loadGoldenTTS(t)
 	st := tts.LM.steps
 	st.mu.Lock()
-	st.tokenGap[1], st.gapAt[1] = 30*time.Millisecond, time.Now()
+	st.tokenGap[1], st.gapAt[1] = 34*time.Millisecond, time.Now()
 	st.mu.Unlock()
 	tts.codec.ns.Store(0) // the tiny codec's cost, measured by earlier syntheses, is left out
-	want, _ := rampFor(DefaultRamp, miocodec.StreamOptions{}, 30*time.Millisecond, 0, nil)
-	if !slices.Equal(want, []int{16}) {
-		t.Fatalf("ramp at 30 ms a token %v, want [16]", want)
+	want, _ := rampFor(DefaultRamp, miocodec.StreamOptions{}, 34*time.Millisecond, 0, nil)
+	if len(want) == 0 || want[0] != 16 {
+		t.Fatalf("ramp at 34 ms a token %v, want one from the 16-token window", want)
 	}
 	req := Request{Text: "Hello there, streaming world.", Clip: clip, Rate: rate, Gen: GenOptions{Seed: 3, MaxNew: 60}}
 	var chunks [][]float32
