@@ -7,6 +7,7 @@ package vulkan
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -309,6 +310,7 @@ type Program struct {
 	Barriers int
 	n        int
 	timed    bool
+	err      *C.char // Run's error message buffer, allocated once: a run allocates nothing
 }
 
 // Times is how long each dispatch of the last run took on the device (from the end of the
@@ -352,7 +354,7 @@ func (d *Device) newProgram(ds []Dispatch, timed bool) (*Program, error) {
 	if p == nil {
 		return nil, d.errorf("program", e)
 	}
-	prog := &Program{dev: d, p: p, n: len(ds), timed: ct != 0}
+	prog := &Program{dev: d, p: p, n: len(ds), timed: ct != 0, err: errBuf()}
 	table := (*[16]*C.vxk_buf)(C.calloc(16, C.size_t(unsafe.Sizeof(uintptr(0)))))
 	defer C.free(unsafe.Pointer(table))
 	push := (*[32]uint32)(C.calloc(32, 4))
@@ -392,10 +394,12 @@ func (d *Device) newProgram(ds []Dispatch, timed bool) (*Program, error) {
 
 // Run submits the recorded dispatches and waits for them.
 func (p *Program) Run() error {
-	e := errBuf()
-	defer C.free(unsafe.Pointer(e))
-	if C.vxk_prog_run(p.p, e) != 0 {
-		return p.dev.errorf("run", e)
+	if p.p == nil {
+		return errors.New("vulkan: run of a closed program")
+	}
+	*p.err = 0
+	if C.vxk_prog_run(p.p, p.err) != 0 {
+		return p.dev.errorf("run", p.err)
 	}
 	return nil
 }
@@ -404,7 +408,8 @@ func (p *Program) Run() error {
 func (p *Program) Close() {
 	if p.p != nil {
 		C.vxk_prog_free(p.p)
-		p.p = nil
+		C.free(unsafe.Pointer(p.err))
+		p.p, p.err = nil, nil
 	}
 }
 
