@@ -29,6 +29,27 @@ func placementFlags(fs *flag.FlagSet, o *serveOptions) {
 	fs.StringVar(&o.kvCache, "kv-cache", "auto", "MioTTS's language model KV cache: "+qwen3.KVCacheUsage)
 }
 
+// serverPlacement is --backend and one part's override of a benchmark that starts a server
+// (bench loopback, tts-load, soak), passed on to its serve command.
+type serverPlacement struct{ backend, part, partFlag string }
+
+// serverPlacementFlags adds --backend and partFlag (vocoder-backend or codec-backend).
+func serverPlacementFlags(fs *flag.FlagSet, partFlag, partUsage string) *serverPlacement {
+	p := &serverPlacement{partFlag: partFlag}
+	fs.StringVar(&p.backend, "backend", defaultBackend, "where the started server runs the models: "+engine.BackendUsage)
+	fs.StringVar(&p.part, partFlag, "", partUsage+" (same values; empty: with the model)")
+	return p
+}
+
+// args are the serve flags they become.
+func (p *serverPlacement) args() []string {
+	a := []string{"--backend", p.backend}
+	if p.part != "" {
+		a = append(a, "--"+p.partFlag, p.part)
+	}
+	return a
+}
+
 // gpuPart is a model part on a backend with memory of its own.
 type gpuPart struct {
 	model, part string

@@ -61,6 +61,7 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 	server := fs.String("server", "", "benchmark a running server at this http:// URL instead of starting one (CPU is then not measured)")
 	model := fs.String("model", "", "MeanVC2 model (GGUF) for the server it starts: --voice meanvc2 converts into --ref")
 	ref := fs.String("ref", "", "target voice clip (WAV, FLAC, Ogg or MP3 file) for --model")
+	place := serverPlacementFlags(fs, "vocoder-backend", "where the started server runs MeanVC2's vocoder")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -71,7 +72,7 @@ func runBenchLoopback(args []string, stdout, stderr io.Writer) error {
 		return errors.New("--sessions must be ≥ 1, --seconds ≥ 1 and --stagger from 0 to 1m")
 	}
 	res, err := benchLoopback(loopbackOptions{voice: *voice, pitch: *pitch, sessions: *sessions, seconds: *seconds, stagger: *stagger, server: *server,
-		model: *model, ref: *ref, log: stderr})
+		model: *model, ref: *ref, place: place, log: stderr})
 	if err != nil {
 		return err
 	}
@@ -97,6 +98,7 @@ type loopbackOptions struct {
 	server   string
 	model    string // MeanVC2 model and target clip for the server the bench starts
 	ref      string
+	place    *serverPlacement // nil: serve's defaults
 	log      io.Writer
 }
 
@@ -155,6 +157,9 @@ func benchLoopback(o loopbackOptions) (*loopbackResult, error) {
 		var extra []string
 		if o.model != "" {
 			extra = []string{"--vc-model", o.model, "--vc-ref", o.ref}
+		}
+		if o.place != nil {
+			extra = append(extra, o.place.args()...)
 		}
 		base, pid, stop, err = startServer(o.log, extra...)
 		if err != nil {
@@ -364,20 +369,26 @@ func startServer(log io.Writer, extra ...string) (base string, pid int, stop fun
 	if err := cmd.Start(); err != nil {
 		return "", 0, nil, fmt.Errorf("start server: %w", err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	stop = func() {
 		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(5 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 	}
 	base = "http://" + addr
-	// Up to 3 minutes: a server with real-size models loads them before it listens.
+	// Up to 3 minutes: a server with real-size models loads them before it listens. One that
+	// exits first (a bad flag, a model that does not load) is an error at once.
 	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			return "", 0, nil, fmt.Errorf("the server exited before it listened (%v): see its log above", err)
+		default:
+		}
 		if resp, err := http.Get(base + "/healthz"); err == nil {
 			resp.Body.Close()
 			return base, cmd.Process.Pid, stop, nil

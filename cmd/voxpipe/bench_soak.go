@@ -42,6 +42,7 @@ type soakOptions struct {
 	seed                uint64
 	model, codec, voice string
 	slack               time.Duration // a TTS chunk this late after its playout time is late
+	place               *serverPlacement
 	log                 io.Writer
 }
 
@@ -100,6 +101,7 @@ func runBenchSoak(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.codec, "codec", filepath.Join(gd, "miocodec", "model.gguf"), "MioCodec model for the server")
 	fs.StringVar(&o.voice, "voice", filepath.Join("testdata", "speech_en_48k.wav"), "the server's TTS reference clip")
 	fs.DurationVar(&o.slack, "slack", 200*time.Millisecond, "a TTS chunk is late when it arrives this long after its playout time")
+	o.place = serverPlacementFlags(fs, "codec-backend", "where the started server runs MioCodec")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -167,8 +169,12 @@ func benchSoak(o soakOptions) (*soakResult, error) {
 	logs := &errorLines{w: o.log}
 	o.log = logs
 	// One slot more than streams: a slot freed by a dropped client is never needed at once.
-	base, _, stop, err := startServer(logs, "--tts-model", o.model, "--codec", o.codec, "--tts-voice", o.voice,
-		"--tts-slots", strconv.Itoa(o.streams+1), "--sessions-per-key", "0", "--voices", voices, "--debug-listen", dbgAddr)
+	args := []string{"--tts-model", o.model, "--codec", o.codec, "--tts-voice", o.voice,
+		"--tts-slots", strconv.Itoa(o.streams + 1), "--sessions-per-key", "0", "--voices", voices, "--debug-listen", dbgAddr}
+	if o.place != nil {
+		args = append(args, o.place.args()...)
+	}
+	base, _, stop, err := startServer(logs, args...)
 	if err != nil {
 		return nil, err
 	}

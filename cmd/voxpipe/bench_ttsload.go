@@ -50,6 +50,7 @@ func runBenchTTSLoad(args []string, stdout, stderr io.Writer) error {
 	voice := fs.String("voice", filepath.Join("testdata", "speech_en_48k.wav"), "reference clip for the started server")
 	slots := fs.Int("slots", 8, "--tts-slots of the started server (the cap; the model's measured capacity admits fewer)")
 	queue := fs.Duration("queue", 2*time.Second, "--tts-queue of the started server")
+	place := serverPlacementFlags(fs, "codec-backend", "where the started server runs MioCodec")
 	text := fs.String("text", "Thank you for calling. Your order has shipped and will arrive on Tuesday.", "text each utterance speaks")
 	maxTokens := fs.Int("max-tokens", 75, "speech tokens per utterance at most (3 s)")
 	slack := fs.Duration("slack", 200*time.Millisecond, "a chunk is late when it arrives this long after its playout time")
@@ -67,8 +68,10 @@ func runBenchTTSLoad(args []string, stdout, stderr io.Writer) error {
 		}
 		var stop func()
 		var err error
-		base, pid, stop, err = startServer(stderr, "--tts-model", *model, "--codec", *codec, "--tts-voice", *voice,
-			"--tts-slots", fmt.Sprint(*slots), "--tts-queue", queue.String(), "--voices", filepath.Join(os.TempDir(), "voxpipe-bench-voices"))
+		args := append([]string{"--tts-model", *model, "--codec", *codec, "--tts-voice", *voice,
+			"--tts-slots", fmt.Sprint(*slots), "--tts-queue", queue.String(), "--voices", filepath.Join(os.TempDir(), "voxpipe-bench-voices")},
+			place.args()...)
+		base, pid, stop, err = startServer(stderr, args...)
 		if err != nil {
 			return err
 		}

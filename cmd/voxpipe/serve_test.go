@@ -167,6 +167,18 @@ func TestBenchTTSLoad(t *testing.T) {
 		t.Errorf("RTF p50 %.2f, max %.2f", res.RTFP50, res.RTFMax)
 	}
 	t.Logf("%+v", res)
+
+	// --backend goes to the server it starts; one that does not start is an error at once,
+	// not a 3-minute wait for it to listen.
+	start := time.Now()
+	out, err = exec.Command(bin, "bench", "tts-load", "--sessions", "1", "--seconds", "1", "--backend", "nosuch",
+		"--model", lm, "--codec", codec, "--voice", filepath.Join("..", "..", "testdata", "speech_en_48k.wav")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "nosuch") || !strings.Contains(string(out), "exited before it listened") {
+		t.Errorf("--backend nosuch: %v\n%s", err, out)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Errorf("a server that could not start took %v to report", took)
+	}
 }
 
 func TestServeAuth(t *testing.T) {
