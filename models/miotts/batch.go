@@ -161,12 +161,12 @@ const (
 	gapBudget   = tokenPeriod * 9 / 10
 )
 
-// gapGrowth is the most by which the gap is predicted to grow with one stream more than the
-// most measured so far, k: at most ×1.5 (measured on 2 cores, the codec included: ×1.5 from 1 to
-// 2 streams, ×1.6 from 2 to 4), and no more than (k+1)/k, the growth if every stream's work
-// were its own (the weights the batched step reads once make it less). A flat ×1.5 kept
-// servers from ever trying a 4th stream: 3 at 25.5 ms a token predicted 38 ms for 4, over
-// the budget, where 4 run at 33-35.
+// gapGrowth is the most by which the gap is predicted to grow with one stream more than
+// the most measured so far, k: at most ×1.5 (measured on 2 cores, the codec included: ×1.5
+// from 1 to 2 streams, ×1.6 from 2 to 4), and no more than (k+1)/k, the growth if every
+// stream's work were its own (the weights the batched step reads once make it less). A flat
+// ×1.5 kept servers from ever trying a 4th stream: 3 at 25.5 ms a token predicted 38 ms for
+// 4, over the budget, where 4 run at 33-35.
 func gapGrowth(k int) float64 {
 	return min(1.5, float64(k+1)/float64(k))
 }
@@ -175,10 +175,11 @@ func gapGrowth(k int) float64 {
 // stream's gap between tokens within gapBudget, and no piece speaking now predicted to fall
 // behind its playout (playout.onTime) at the gap predicted for one stream more, after the
 // delay the joining stream's prefill adds (joinDelay). A count of streams measured in the
-// last gapAge is judged by its gap, or a larger count's lower one; one stream beyond the most
-// measured is predicted from the counts measured (predictGap); further than that is refused
-// until the count in between has run (capacity is probed a stream at a time). One stream alone always fits:
-// there is no one to protect, and refusing it would leave nothing to measure.
+// last gapAge is judged by its gap, or a larger count's lower one; one stream beyond the
+// most measured is predicted from the counts measured (predictGap); further than that is
+// refused until the count in between has run (capacity is probed a stream at a time). One
+// stream alone always fits: there is no one to protect, and refusing it would leave nothing
+// to measure.
 func (lm *LM) Fits(active int) bool {
 	st := lm.steps
 	st.mu.Lock()
@@ -232,7 +233,8 @@ func (st *stepper) mostMeasured() int {
 //     higher one was taken while work its count does not show held the engine (joiners'
 //     prefills, the codec tails of pieces that had stopped generating), and a count refused
 //     by its own stale figure would never run to correct it (a 4-session load ran one stream
-//     at a time for 20 s on a 2-stream gap of 44 ms, 4 streams having measured 23 ms).
+//     at a time for the last 8 s of 20 on a 2-stream gap of 44 ms, 4 streams having
+//     measured 23 ms since).
 //   - Beyond: the most measured count's gap, grown a stream at a time by the slope measured
 //     from the fewest streams measured to the most, kept between half and all of the
 //     growth gapGrowth allows (all of it when one count alone is measured).
