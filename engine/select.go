@@ -57,7 +57,7 @@ func OpenBackend(spec BackendSpec, threads int) (be Backend, note string, err er
 		if idx < 0 {
 			devs, err := vulkan.Devices()
 			if err != nil {
-				return nil, "", fmt.Errorf("--backend vulkan: %w", err)
+				return nil, "", fmt.Errorf("--backend vulkan: no Vulkan (%w); --backend auto or cpu runs on the CPU", err)
 			}
 			if idx = pickDevice(devs, false); idx < 0 {
 				return nil, "", fmt.Errorf("--backend vulkan: Vulkan lists no device")

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -242,6 +243,29 @@ func TestTTSCommand(t *testing.T) {
 		if _, stderr, code := runCmd(t, c.args...); code == 0 || !strings.Contains(stderr, c.msg) {
 			t.Errorf("%v: exit %d, %q (want %q)", c.args, code, stderr, c.msg)
 		}
+	}
+}
+
+// TestRunsWithoutVulkan: with no Vulkan driver at all (CI machines have lavapipe, so the
+// loader is pointed at none), --backend auto runs the model on the CPU and says why in one
+// line, and --backend vulkan is a clear error.
+func TestRunsWithoutVulkan(t *testing.T) {
+	golden.Path(t, "miotts", "model.gguf")
+	voxpipe := func(args ...string) (string, error) {
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), actAsVoxpipe+"=1", "VK_ICD_FILENAMES=/nonexistent", "VK_DRIVER_FILES=/nonexistent")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := voxpipe("golden", "--family", "miotts", "--backend", "auto")
+	if err != nil || !strings.Contains(out, "running on the CPU: no Vulkan") || !strings.Contains(out, " 0 failed") {
+		t.Errorf("--backend auto without Vulkan: %v\n%s", err, out)
+	}
+	if strings.Count(out, "Vulkan") != 1 {
+		t.Errorf("the fallback takes more than one line:\n%s", out)
+	}
+	if out, err = voxpipe("golden", "--family", "miotts", "--backend", "vulkan"); err == nil || !strings.Contains(out, "Vulkan") {
+		t.Errorf("--backend vulkan without Vulkan: %v\n%s", err, out)
 	}
 }
 
