@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,6 +100,23 @@ func TestVulkanMatchesCPU(t *testing.T) {
 	}
 	if st := vp.Stats(); st.Nodes == 0 || st.IOBytes == 0 {
 		t.Errorf("stats %+v", st)
+	}
+	// Compiled once, run 1 000 times: the same inputs give the same bits every time (the
+	// recorded command buffer is replayed; its arena and persistent weights are reused), the
+	// outputs cleared before each run.
+	first := map[string][]float32{"y": slices.Clone(vp.Output("y")), "h": slices.Clone(vp.Output("h"))}
+	for run := range 1000 {
+		for out := range first {
+			clear(vp.Output(out)) // each run must write them again
+		}
+		if err := vp.Run(); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		for out, want := range first {
+			if got := vp.Output(out); !slices.Equal(got, want) {
+				t.Fatalf("run %d of the same inputs: %s differs from the first run", run, out)
+			}
+		}
 	}
 }
 
