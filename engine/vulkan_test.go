@@ -233,6 +233,22 @@ func TestVulkanElementwiseMatchCPU(t *testing.T) {
 	}, randomFill(21), outs, 2e-5)
 }
 
+// Matmul on Vulkan against the CPU backend with strided operands that are not broadcast:
+// a transposed a, a b whose batch axes are permuted, and both batched.
+func TestVulkanMatmulStridedMatchCPU(t *testing.T) {
+	v := vulkanBackend(t)
+	const batch, m, k, n = 3, 5, 37, 11
+	compareBackends(t, v, func(be Backend, g *Graph) func() {
+		at := g.Transpose(g.Input("a_km", F32, k, m), 0, 1)          // [m, k], strided
+		b := g.Input("b", F32, k, n)                                 // [k, n]
+		ab := g.Permute(g.Input("a_bkm", F32, k, batch, m), 1, 2, 0) // [batch, m, k], strided
+		bb := g.Transpose(g.Input("b_bnk", F32, batch, n, k), 1, 2)  // [batch, k, n], strided
+		g.Output("y2", g.Matmul(at, b))
+		g.Output("y3", g.Matmul(ab, bb))
+		return func() {}
+	}, randomFill(31), []string{"y2", "y3"}, 2e-5)
+}
+
 func randomFill(seed uint64) func(string, []float32, []int32) {
 	return func(name string, f []float32, _ []int32) {
 		rng := rand.New(rand.NewPCG(seed, uint64(len(name))))
