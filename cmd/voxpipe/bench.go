@@ -369,8 +369,11 @@ func startServer(log io.Writer, extra ...string) (base string, pid int, stop fun
 	if err := cmd.Start(); err != nil {
 		return "", 0, nil, fmt.Errorf("start server: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited closes when the server has exited (waitErr is then its status): stop may be
+	// called more than once (a test's cleanup after an explicit stop).
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	stop = func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
@@ -385,8 +388,8 @@ func startServer(log io.Writer, extra ...string) (base string, pid int, stop fun
 	// exits first (a bad flag, a model that does not load) is an error at once.
 	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		select {
-		case err := <-exited:
-			return "", 0, nil, fmt.Errorf("the server exited before it listened (%v): see its log above", err)
+		case <-exited:
+			return "", 0, nil, fmt.Errorf("the server exited before it listened (%v): see its log above", waitErr)
 		default:
 		}
 		if resp, err := http.Get(base + "/healthz"); err == nil {
