@@ -321,6 +321,7 @@ static void run_block(const f32p_job *j, int64_t m0, int64_t m1, int64_t g0, int
 			for (int64_t m = m0, t = 0; m < m1; t++) {
 				int mr = (int)(m0 + rows * (t + 1) / ntiles - m);
 				int64_t far = t > 0 && next ? ahead : 0;
+				(void)far; /* read by the AVX-512 tiles only: the portable build has none */
 #ifdef VX_X86
 				if (quad) {
 					tiles512_4[h][mr](j, m, 2 * g, k0, k1, 0);
