@@ -18,12 +18,14 @@ import (
 // allocated by Alloc) and records every node as a dispatch into one command buffer that Run
 // submits once, with barriers only where a node depends on an earlier one. Every op of the
 // engine has a shader (this file lowers the first ones; vulkan_*.go the rest), over views of
-// up to 4 axes; weights stay in their file encoding (F32, F16, BF16, Q8_0, Q4_K). What a
-// shader cannot take is a compile error naming the node, its label and op.
+// up to 4 axes; weights stay in their file encoding (F32, F16, BF16, Q8_0, Q4_K), those too
+// large for one buffer in parts (vulkan_parts.go). What a shader cannot take is a compile
+// error naming the node, its label and op.
 type Vulkan struct {
 	dev *vulkan.Device
 
-	timed     bool // programs compiled from now on record timestamps (EnableTimestamps)
+	timed     bool  // programs compiled from now on record timestamps (EnableTimestamps)
+	partLimit int64 // LimitBufferBytes
 	profiling atomic.Bool
 	profMu    sync.Mutex
 	prof      map[profKey]*ShapeTime // StartProfile's accumulated node times
@@ -124,69 +126,6 @@ func (v *Vulkan) MemoryPeak() int64 { return v.dev.MemoryPeak() }
 // Close implements Backend; every buffer and program must be freed before.
 func (v *Vulkan) Close() { v.dev.Close() }
 
-// vkMem is a device-local allocation.
-type vkMem struct {
-	dev *vulkan.Device
-	b   *vulkan.Buffer
-}
-
-func (m vkMem) Bytes() int64 { return int64(m.b.Len()) * 4 }
-func (m vkMem) Free()        { m.b.Free() }
-
-// Write copies p through a host-visible staging buffer; a range that does not start or end
-// on a 4-byte word keeps the bytes it shares a word with (the copies move whole words).
-func (m vkMem) Write(off int64, p []byte) error {
-	if off < 0 || off+int64(len(p)) > m.Bytes() {
-		return fmt.Errorf("engine: write of %d bytes at %d into %d bytes of device memory", len(p), off, m.Bytes())
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	lo, hi := off&^3, (off+int64(len(p))+3)&^3
-	st, err := m.staging(lo, hi)
-	if err != nil {
-		return err
-	}
-	defer st.Free()
-	words := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st.Float32s()))), hi-lo)
-	if lo != off || hi != off+int64(len(p)) {
-		if err := m.b.CopyRange(int(lo/4), st, 0, int(hi-lo)/4); err != nil {
-			return err
-		}
-	}
-	copy(words[off-lo:], p)
-	return st.CopyRange(0, m.b, int(lo/4), int(hi-lo)/4)
-}
-
-// Read copies bytes back from device memory through a staging buffer.
-func (m vkMem) Read(off int64, p []byte) error {
-	if off < 0 || off+int64(len(p)) > m.Bytes() {
-		return fmt.Errorf("engine: read of %d bytes at %d from %d bytes of device memory", len(p), off, m.Bytes())
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	lo, hi := off&^3, (off+int64(len(p))+3)&^3
-	st, err := m.staging(lo, hi)
-	if err != nil {
-		return err
-	}
-	defer st.Free()
-	if err := m.b.CopyRange(int(lo/4), st, 0, int(hi-lo)/4); err != nil {
-		return err
-	}
-	copy(p, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(st.Float32s()))), hi-lo)[off-lo:])
-	return nil
-}
-
-// staging is a host-visible buffer for the words [lo, hi) of m (bytes, 4-aligned).
-func (m vkMem) staging(lo, hi int64) (*vulkan.Buffer, error) {
-	if hi > 4*int64(m.b.Len()) {
-		return nil, fmt.Errorf("engine: bytes %d…%d outside %d bytes of device memory", lo, hi, 4*m.b.Len())
-	}
-	return m.dev.Alloc(int(hi-lo)/4, true)
-}
-
 // Accepts implements EncodingChecker: the shaders read F32 and I32 values and the file
 // encodings F16, BF16, Q8_0 and Q4_K (Linear weights and embedding tables), not the CPU's
 // repacked layouts (Q8_0R8, F32P, F16P), which model loaders replace by the file's own.
@@ -203,13 +142,7 @@ func (v *Vulkan) Alloc(name string, dtype DType, shape ...int64) (*Buffer, error
 	if !v.Accepts(dtype) {
 		return nil, fmt.Errorf("engine: buffer %q: %s is the CPU's repacked layout; Vulkan takes F32, F16, BF16, Q8_0 and Q4_K", name, dtypeName(dtype))
 	}
-	return AllocBuffer(func(bytes int64) (Memory, error) {
-		b, err := v.dev.Alloc(int((bytes+3)/4), false)
-		if err != nil {
-			return nil, err
-		}
-		return vkMem{dev: v.dev, b: b}, nil
-	}, name, dtype, shape...)
+	return AllocBuffer(func(bytes int64) (Memory, error) { return v.deviceMemory(bytes, shape) }, name, dtype, shape...)
 }
 
 // vulkanNode is a graph node's operands and parameters as a lowering sees them.
@@ -280,6 +213,7 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 	// Each storage's buffer and element offset: arena slot, input/output buffer, persistent buffer.
 	buf := make([]*vulkan.Buffer, len(g.tensors))
 	base := make([]int, len(g.tensors))
+	parted := map[int]partedTensor{} // persistent buffers held in parts, by root
 	for id, t := range g.tensors {
 		if p.root[id] != id {
 			continue
@@ -290,7 +224,12 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 			if !ok || m.dev != v.dev {
 				return fail(fmt.Errorf("buffer %q is not in this device's memory (allocate it with this backend)", t.persist.name))
 			}
-			buf[id] = m.b
+			if len(m.parts) > 1 {
+				rows := t.persist.shape[0]
+				parted[id] = partedTensor{mem: m, rows: rows, row: t.persist.Bytes() / rows}
+				continue
+			}
+			buf[id] = m.parts[0]
 		case t.kind == kindInput || t.output != "":
 			name := t.name
 			if t.output != "" {
@@ -307,10 +246,16 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 			buf[id], base[id] = prog.arena, int(p.offset[id]/4)
 		}
 	}
+	// A view of a buffer held in parts reads the part that holds it; one that no part holds
+	// has no buffer here, and lowerParted lowers its node.
 	operand := func(id int) vulkan.Tensor {
 		t := &g.tensors[id]
 		r := p.root[id]
-		return vulkan.Tensor{Buf: buf[r], Off: base[r] + int(t.offset), Shape: t.shape, Stride: t.stride}
+		o := vulkan.Tensor{Buf: buf[r], Off: base[r] + int(t.offset), Shape: t.shape, Stride: t.stride}
+		if pt, ok := parted[r]; ok && (t.dtype == F32 || t.dtype == I32) {
+			o, _ = pt.inOnePart(o)
+		}
+		return o
 	}
 	var ds []vulkan.Dispatch
 	for i, nd := range g.nodes {
@@ -329,6 +274,13 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 		var copies []vulkan.Dispatch // Concat's, each declaring its own access
 		var err error
 		dst := operand(nd.dst)
+		if more, ok, err := lowerPartedNode(g, nd, p.root, parted, operand); ok {
+			if err != nil {
+				return fail(fmt.Errorf("node %d (%s, op %s): %w", i, nd.label, opName(nd.op), err))
+			}
+			ds = append(ds, more...)
+			continue
+		}
 		ints := map[int]bool{} // operands that are int32 (RoPE positions)
 		switch nd.op {
 		case cgo.OpConcat:

@@ -55,12 +55,22 @@ func lqLowerLinear(n vulkanNode) ([]vulkan.Dispatch, error) {
 // lqLowerGather: a table [N, D] (F32 or I32, or F16, BF16, Q8_0, Q4_K dequantised to F32)
 // and I32 indices.
 func lqLowerGather(n vulkanNode) ([]vulkan.Dispatch, error) {
+	d, err := lqGather(n, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	return []vulkan.Dispatch{d}, nil
+}
+
+// lqGather is GatherRows from a table's rows [first, first+N) of all (all 0: the table is
+// whole); see vulkan.GatherRowsPartOp.
+func lqGather(n vulkanNode, first, all int64) (vulkan.Dispatch, error) {
 	const op = "GatherRows"
 	if len(n.Src) != 2 {
-		return nil, fmt.Errorf("%s with %d sources (want a table and indices)", op, len(n.Src))
+		return vulkan.Dispatch{}, fmt.Errorf("%s with %d sources (want a table and indices)", op, len(n.Src))
 	}
 	if n.SrcType[1] != I32 {
-		return nil, fmt.Errorf("%s with %s indices: the shader takes I32", op, dtypeName(n.SrcType[1]))
+		return vulkan.Dispatch{}, fmt.Errorf("%s with %s indices: the shader takes I32", op, dtypeName(n.SrcType[1]))
 	}
 	tt, want := n.SrcType[0], F32
 	var enc vulkan.Encoding
@@ -70,15 +80,11 @@ func lqLowerGather(n vulkanNode) ([]vulkan.Dispatch, error) {
 	default:
 		var err error
 		if enc, err = lqEncoding(op, tt); err != nil {
-			return nil, err
+			return vulkan.Dispatch{}, err
 		}
 	}
 	if n.DstType != want {
-		return nil, fmt.Errorf("%s from a %s table into %s: the shader writes %s", op, dtypeName(tt), dtypeName(n.DstType), dtypeName(want))
+		return vulkan.Dispatch{}, fmt.Errorf("%s from a %s table into %s: the shader writes %s", op, dtypeName(tt), dtypeName(n.DstType), dtypeName(want))
 	}
-	d, err := vulkan.GatherRowsOp(n.Src[0], enc, n.Src[1], n.Dst)
-	if err != nil {
-		return nil, err
-	}
-	return []vulkan.Dispatch{d}, nil
+	return vulkan.GatherRowsPartOp(n.Src[0], enc, first, all, n.Src[1], n.Dst)
 }

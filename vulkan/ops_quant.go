@@ -102,6 +102,35 @@ func lqDense(op, role string, t Tensor) error {
 	return nil
 }
 
+// lqRowStride checks an f32 operand whose rows (its last axis) are contiguous and whose leading
+// axes are row-major over rows ld values apart (ld ≥ the row length), and returns ld.
+func lqRowStride(op, role string, t Tensor) (ld int64, err error) {
+	r := len(t.Shape)
+	if t.Buf == nil || t.Buf.b == nil || r == 0 || len(t.Stride) != r {
+		return 0, lqDense(op, role, t)
+	}
+	ld = t.Shape[r-1]
+	if r > 1 && t.Shape[r-2] > 1 {
+		ld = t.Stride[r-2]
+	}
+	rows := t
+	rows.Shape = append(append([]int64(nil), t.Shape[:r-1]...), ld)
+	rows.Stride = append(append([]int64(nil), t.Stride[:r-1]...), 1)
+	if t.Stride[r-1] != 1 && t.Shape[r-1] > 1 || ld < t.Shape[r-1] || !rows.contiguous() {
+		return 0, fmt.Errorf("vulkan: %s: %s of shape %v (strides %v) must be rows of contiguous values", op, role, t.Shape, t.Stride)
+	}
+	// The last row ends at its own length, not at ld: check the values it touches.
+	if err := lqDense(op, role, Tensor{Buf: t.Buf, Off: t.Off, Shape: []int64{t.span() - int64(t.Off)}, Stride: []int64{1}}); err != nil {
+		return 0, err
+	}
+	for _, d := range t.Shape {
+		if d <= 0 {
+			return 0, fmt.Errorf("vulkan: %s: %s of shape %v is empty", op, role, t.Shape)
+		}
+	}
+	return ld, nil
+}
+
 // lqEncoded checks an encoded [N, K] operand and returns N, K, its row bytes and its words
 // as a flat view (what the dispatch reads).
 func lqEncoded(op, role string, t Tensor, enc Encoding) (n, k, rb int64, words Tensor, err error) {
@@ -149,8 +178,10 @@ func lqGroups(items, per int64) uint32 { return uint32(min((items+per-1)/per, lq
 
 // LinearQOp is y[.., N] = x[.., K]·Wᵀ (+ bias[N]) with W [N, K] in its file encoding (Q8_0,
 // F16, BF16 or Q4_K; see Encoding for how w is addressed), dequantised on the fly and summed
-// in fp32. x, y and bias (N values, any shape) are contiguous f32; y has x's leading axes.
-// The dispatch declares what it reads and writes (WithAccess).
+// in fp32. x and bias (N values, any shape) are contiguous f32; y has x's leading axes and
+// is contiguous or a slice of columns of a wider output (its rows any stride apart, as when
+// a weight held in parts writes one part's columns). The dispatch declares what it reads
+// and writes (WithAccess).
 func LinearQOp(x Tensor, w Tensor, enc Encoding, bias *Tensor, y Tensor) (Dispatch, error) {
 	const op = "linearq"
 	switch enc {
@@ -165,7 +196,8 @@ func LinearQOp(x Tensor, w Tensor, enc Encoding, bias *Tensor, y Tensor) (Dispat
 	if err := lqDense(op, "x", x); err != nil {
 		return Dispatch{}, err
 	}
-	if err := lqDense(op, "y", y); err != nil {
+	ldy, err := lqRowStride(op, "y", y)
+	if err != nil {
 		return Dispatch{}, err
 	}
 	r := len(x.Shape)
@@ -194,7 +226,7 @@ func LinearQOp(x Tensor, w Tensor, enc Encoding, bias *Tensor, y Tensor) (Dispat
 		return Dispatch{}, err
 	}
 	push := []uint32{uint32(m), uint32(n), uint32(k), uint32(enc),
-		uint32(4 * w.Off), uint32(rb), uint32(x.Off), uint32(y.Off), boff, has}
+		uint32(4 * w.Off), uint32(rb), uint32(x.Off), uint32(y.Off), boff, has, uint32(ldy)}
 	groups := [3]uint32{lqGroups(n, lqRows), lqGroups(m, lqXRows*lqPasses), 1}
 	d := Dispatch{op: op, shader: "linearq", nbuf: 4, bufs: []*Buffer{x.Buf, w.Buf, biasBuf, y.Buf}, push: push, groups: groups}
 	return d.WithAccess(reads, []Tensor{y}), nil
@@ -206,6 +238,14 @@ func LinearQOp(x Tensor, w Tensor, enc Encoding, bias *Tensor, y Tensor) (Dispat
 // int32 (contiguous, any shape), y is contiguous with M·D values and D last. An index
 // outside [0, N) gives a row of zeros, where the CPU backend fails the run.
 func GatherRowsOp(table Tensor, enc Encoding, idx, y Tensor) (Dispatch, error) {
+	return GatherRowsPartOp(table, enc, 0, 0, idx, y)
+}
+
+// GatherRowsPartOp is GatherRowsOp for one part of a table held in parts (too large for one
+// buffer): table holds its rows [first, first+N) of all. The dispatch writes the rows of y
+// whose index falls in the part, and the part at first = 0 the zero rows of indices outside
+// [0, all); one dispatch per part gathers the whole table. all = 0 means the table is whole.
+func GatherRowsPartOp(table Tensor, enc Encoding, first, all int64, idx, y Tensor) (Dispatch, error) {
 	const op = "gather"
 	var n, d, rb int64
 	var tv Tensor
@@ -230,6 +270,12 @@ func GatherRowsOp(table Tensor, enc Encoding, idx, y Tensor) (Dispatch, error) {
 	default:
 		return Dispatch{}, fmt.Errorf("vulkan: %s: tables in %s are not supported (F32, I32, Q8_0, F16, BF16, Q4_K)", op, enc)
 	}
+	if all == 0 {
+		all = n
+	}
+	if first < 0 || first+n > all || all > math.MaxInt32 {
+		return Dispatch{}, fmt.Errorf("vulkan: %s: a part of %d rows from row %d of a table of %d", op, n, first, all)
+	}
 	if err := lqDense(op, "idx", idx); err != nil {
 		return Dispatch{}, err
 	}
@@ -245,7 +291,7 @@ func GatherRowsOp(table Tensor, enc Encoding, idx, y Tensor) (Dispatch, error) {
 	}
 	total := m * d
 	push := []uint32{uint32(total), uint32(d), uint32(n), uint32(enc),
-		uint32(4 * table.Off), uint32(rb), uint32(idx.Off), uint32(y.Off)}
+		uint32(4 * table.Off), uint32(rb), uint32(idx.Off), uint32(y.Off), uint32(first), uint32(all)}
 	ds := Dispatch{op: op, shader: "gather", nbuf: 3, bufs: []*Buffer{table.Buf, idx.Buf, y.Buf}, push: push, groups: elementGroups(total)}
 	return ds.WithAccess([]Tensor{tv, idx}, []Tensor{y}), nil
 }

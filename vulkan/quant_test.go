@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -410,5 +411,136 @@ func BenchmarkLinearQ(b *testing.B) {
 			})
 		}
 		wb.Free()
+	}
+}
+
+// A table held in parts (one buffer each, as a table too large for one buffer is): one
+// GatherRowsPartOp per part writes the rows of its indices and leaves the others' alone, and
+// together they give what one gather from the whole table gives, zeros for indices outside
+// the whole table included.
+func TestGatherRowsParts(t *testing.T) {
+	d := device(t)
+	rng := rand.New(rand.NewPCG(37, 38))
+	const n = 9
+	idx := []int32{8, 0, 3, 4, -1, 7, 1, 9, 8, 5}
+	ib := upload(t, d, make([]float32, len(idx)))
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(ib.Float32s()))), ib.Len()), idx)
+	it := lqAt(ib, 0, int64(len(idx)))
+	parts := [][2]int64{{0, 4}, {4, 8}, {8, 9}}
+	for _, c := range []struct {
+		enc Encoding
+		d   int64
+	}{{EncF32, 37}, {EncQ8_0, 96}, {EncF16, 37}, {EncQ4_K, 256}} {
+		v := randoms(rng, int(n*c.d), 0.7)
+		raw, deq := lqEncode(t, v, c.enc)
+		rb := c.enc.RowBytes(c.d)
+		const sentinel = 12345.5
+		yv := make([]float32, len(idx)*int(c.d))
+		for i := range yv {
+			yv[i] = sentinel
+		}
+		yb := upload(t, d, yv)
+		yt := lqAt(yb, 0, int64(len(idx)), c.d)
+		for pi, p := range parts {
+			rows := p[1] - p[0]
+			pb, pt := lqUploadBytes(t, d, raw[p[0]*rb:p[1]*rb], 1, rows, c.d)
+			if c.enc == EncF32 {
+				pt = lqAt(pb, 1, rows, c.d)
+			}
+			ds, err := GatherRowsPartOp(pt, c.enc, p[0], n, it, yt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Run(ds); err != nil {
+				t.Fatal(err)
+			}
+			got := yb.Float32s()
+			for i, r := range idx {
+				done := slices.ContainsFunc(parts[:pi+1], func(q [2]int64) bool { return int64(r) >= q[0] && int64(r) < q[1] })
+				want := float32(sentinel)
+				switch {
+				case done:
+					want = deq[int64(r)*c.d]
+				case r < 0 || r >= n: // the first part writes the zeros
+					want = 0
+				}
+				if g := got[int64(i)*c.d]; math.Float32bits(g) != math.Float32bits(want) {
+					t.Fatalf("%s after part %d: y[%d, 0] (row %d) = %v, want %v", c.enc, pi, i, r, g, want)
+				}
+			}
+		}
+		got := yb.Float32s()
+		for i, r := range idx {
+			for j := range c.d {
+				want := float32(0)
+				if r >= 0 && r < n {
+					want = deq[int64(r)*c.d+j]
+				}
+				if g := got[int64(i)*c.d+j]; math.Float32bits(g) != math.Float32bits(want) {
+					t.Fatalf("%s: y[%d, %d] (row %d) = %v, want %v", c.enc, i, j, r, g, want)
+				}
+			}
+		}
+	}
+	if _, err := GatherRowsPartOp(lqAt(ib, 0, 4, 1), EncF32, 7, 9, it, lqAt(ib, 0, int64(len(idx)), 1)); err == nil || !strings.Contains(err.Error(), "from row 7 of a table of 9") {
+		t.Errorf("a part past the table's end: %v", err)
+	}
+}
+
+// Linear into a slice of columns of a wider output (rows ldy apart), as a weight held in
+// parts computes one part's outputs: two parts of W fill y's columns [0, 5) and [5, 12) of
+// rows 16 wide, the columns past 12 and the values around y untouched.
+func TestLinearQColumnSlices(t *testing.T) {
+	d := device(t)
+	rng := rand.New(rand.NewPCG(39, 40))
+	const m, n, k, ld = 3, 12, 64, 16
+	for _, enc := range []Encoding{EncQ8_0, EncF16} {
+		wf := randoms(rng, n*k, 0.5)
+		raw, deq := lqEncode(t, wf, enc)
+		bias := randoms(rng, n, 1)
+		bb := upload(t, d, bias)
+		x := randoms(rng, m*k, 1)
+		xb := upload(t, d, x)
+		const sentinel = 12345.5
+		yv := make([]float32, 2+m*ld)
+		for i := range yv {
+			yv[i] = sentinel
+		}
+		yb := upload(t, d, yv)
+		rb := enc.RowBytes(k)
+		for _, p := range [][2]int64{{0, 5}, {5, n}} {
+			_, wt := lqUploadBytes(t, d, raw[p[0]*rb:p[1]*rb], 1, p[1]-p[0], k)
+			yt := Tensor{Buf: yb, Off: 2 + int(p[0]), Shape: []int64{m, p[1] - p[0]}, Stride: []int64{ld, 1}}
+			bt := lqAt(bb, int(p[0]), p[1]-p[0])
+			ds, err := LinearQOp(lqAt(xb, 0, m, k), wt, enc, &bt, yt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Run(ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := yb.Float32s()
+		y := make([]float32, 0, m*n)
+		for i := range m {
+			row := got[2+i*ld:]
+			y = append(y, row[:n]...)
+			for j := n; j < ld && 2+i*ld+j < len(got); j++ {
+				if row[j] != sentinel {
+					t.Fatalf("%s: y[%d, %d] past the slices changed: %v", enc, i, j, row[j])
+				}
+			}
+		}
+		if got[0] != sentinel || got[1] != sentinel {
+			t.Fatalf("%s: the values before y changed", enc)
+		}
+		lqCheckLinear(t, enc.String(), x, deq, bias, true, y, m, n, k)
+	}
+	// Rows that overlap (a stride shorter than the row) are refused.
+	xb := upload(t, d, make([]float32, 2*64))
+	_, wt := lqUploadBytes(t, d, make([]byte, 2*68), 0, 2, 64)
+	bad := Tensor{Buf: xb, Shape: []int64{2, 2}, Stride: []int64{1, 1}}
+	if _, err := LinearQOp(lqAt(xb, 0, 2, 64), wt, EncQ8_0, nil, bad); err == nil || !strings.Contains(err.Error(), "rows of contiguous values") {
+		t.Errorf("overlapping rows of y: %v", err)
 	}
 }

@@ -2,8 +2,11 @@
 // GatherRows: y[i, j] = table[idx[i], j] for a table [N, D] in its file encoding (enc: the
 // engine's dtype numbers, 0 F32 and 1 I32 copied as bits, 2 Q8_0, 3 F16, 5 Q4_K, 6 BF16
 // dequantised to f32 as the CPU does it, bit for bit) read as 32-bit words from byte tbyte,
-// rows of rowbytes bytes. One invocation per output value. An index outside [0, N) gives a
+// rows of rowbytes bytes. One invocation per output value. An index outside [0, all) gives a
 // row of zeros (the CPU refuses the run; a shader cannot, and must not read past the table).
+// A table too large for one buffer comes in parts, one dispatch each: this one holds rows
+// [lo, lo+N) and writes only the output rows whose index falls there (the part at lo = 0
+// also writes the zeros).
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer T { uint tab[]; };
 layout(std430, binding = 1) readonly buffer I { int idx[]; };
@@ -11,6 +14,7 @@ layout(std430, binding = 2) writeonly buffer Y { uint y[]; };
 layout(push_constant) uniform P {
 	uint n; uint D; uint N; uint enc;
 	uint tbyte; uint rowbytes; uint ioff; uint yoff;
+	uint lo; uint all;
 } p;
 
 // The 16 bits at even byte b.
@@ -20,9 +24,12 @@ void main() {
 	uint e = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
 	if (e >= p.n) return;
 	uint i = e / p.D, j = e - i * p.D;
-	int r = idx[p.ioff + i];
+	int a = idx[p.ioff + i], r = a - int(p.lo);
+	bool mine = r >= 0 && uint(r) < p.N;
+	bool none = a < 0 || uint(a) >= p.all; // in no part: zeros, written by the first
+	if (!mine && !(none && p.lo == 0u)) return;
 	uint v = 0u;
-	if (r >= 0 && uint(r) < p.N) {
+	if (mine) {
 		uint rb = p.tbyte + uint(r) * p.rowbytes;
 		if (p.enc <= 1u) {
 			v = tab[(rb >> 2) + j];

@@ -19,6 +19,7 @@ layout(std430, binding = 3) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform P {
 	uint M; uint N; uint K; uint enc;
 	uint wbyte; uint rowbytes; uint xoff; uint yoff; uint boff; uint has_bias;
+	uint ldy; // y's row stride (N, or more when y is a column slice of a wider output)
 } p;
 
 shared float red[MC * R][WG];
@@ -171,7 +172,7 @@ void main() {
 			}
 			if (t < nv) {
 				uint n = n0 + t % R;
-				if (n < p.N) y[p.yoff + (m0 + t / R) * p.N + n] = red[t][0] + (p.has_bias != 0u ? bias[p.boff + n] : 0.0);
+				if (n < p.N) y[p.yoff + (m0 + t / R) * p.ldy + n] = red[t][0] + (p.has_bias != 0u ? bias[p.boff + n] : 0.0);
 			}
 			barrier(); // red is rewritten by the next pass
 		}
