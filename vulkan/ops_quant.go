@@ -169,6 +169,10 @@ func lqOverlap(op string, y Tensor, roles []string, ins []Tensor) error {
 	return nil
 }
 
+// lqTreeSum makes Linear sum by the shared-memory tree even where the device has subgroup
+// arithmetic: tests run both shaders.
+var lqTreeSum bool
+
 // lqMaxGroups caps a dispatch axis (Vulkan guarantees 65 535); tests lower it to reach the
 // shaders' loops over the rest.
 var lqMaxGroups int64 = 65535
@@ -228,7 +232,11 @@ func LinearQOp(x Tensor, w Tensor, enc Encoding, bias *Tensor, y Tensor) (Dispat
 	push := []uint32{uint32(m), uint32(n), uint32(k), uint32(enc),
 		uint32(4 * w.Off), uint32(rb), uint32(x.Off), uint32(y.Off), boff, has, uint32(ldy)}
 	groups := [3]uint32{lqGroups(n, lqRows), lqGroups(m, lqXRows*lqPasses), 1}
-	d := Dispatch{op: op, shader: "linearq", nbuf: 4, bufs: []*Buffer{x.Buf, w.Buf, biasBuf, y.Buf}, push: push, groups: groups}
+	shader := "linearq"
+	if x.Buf.dev.Info.SubgroupArith && !lqTreeSum {
+		shader = "linearq_sg"
+	}
+	d := Dispatch{op: op, shader: shader, nbuf: 4, bufs: []*Buffer{x.Buf, w.Buf, biasBuf, y.Buf}, push: push, groups: groups}
 	return d.WithAccess(reads, []Tensor{y}), nil
 }
 

@@ -101,6 +101,25 @@ func TestQuantEncodings(t *testing.T) {
 // its row size), garbage around W, y's neighbours untouched. Bound: 1e-5·(Σ|x·w| + |b|),
 // fp32 sums in a different order.
 func TestLinearQ(t *testing.T) {
+	lqBothSums(t, testLinearQ)
+}
+
+// lqBothSums runs test with Linear summing by subgroup additions (where the device has them)
+// and by the shared-memory tree.
+func lqBothSums(t *testing.T, test func(t *testing.T)) {
+	for _, tree := range []bool{false, true} {
+		t.Run(map[bool]string{false: "subgroup", true: "tree"}[tree], func(t *testing.T) {
+			if !tree && !device(t).Info.SubgroupArith {
+				t.Skip("the device has no subgroup arithmetic")
+			}
+			lqTreeSum = tree
+			defer func() { lqTreeSum = false }()
+			test(t)
+		})
+	}
+}
+
+func testLinearQ(t *testing.T) {
 	d := device(t)
 	rng := rand.New(rand.NewPCG(31, 32))
 	cases := []struct {
@@ -194,6 +213,10 @@ func lqCheckLinear(t *testing.T, what string, x, w, bias []float32, withBias boo
 // With the dispatch capped at 2 groups an axis, the shader's loops over W's row pairs and
 // x's passes of 8 rows cover what the groups do not (150 rows: 19 passes in 2 groups).
 func TestLinearQGroupLoops(t *testing.T) {
+	lqBothSums(t, testLinearQGroupLoops)
+}
+
+func testLinearQGroupLoops(t *testing.T) {
 	d := device(t)
 	old := lqMaxGroups
 	lqMaxGroups = 2

@@ -193,6 +193,9 @@ int vxk_info(int i, vxk_devinfo *out) {
 	out->device = p2.properties.deviceID;
 	out->api = p2.properties.apiVersion;
 	out->subgroup = sub.subgroupSize;
+	out->subgroup_arith = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+	                      (sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) &&
+	                      (sub.supportedOperations & VK_SUBGROUP_FEATURE_BASIC_BIT);
 	out->max_buffer = p2.properties.limits.maxStorageBufferRange;
 	VkPhysicalDeviceShaderFloat16Int8Features f16 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
 	VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {

@@ -16,6 +16,7 @@ typedef struct {
 	uint32_t vendor, device, api;
 	uint64_t device_local; /* bytes of the largest device-local heap */
 	uint32_t subgroup;     /* subgroup size (0: unknown) */
+	int subgroup_arith;    /* compute shaders have subgroup arithmetic (subgroupAdd) */
 	int fp16, int8;        /* shaderFloat16, shaderInt8 */
 	int int8_dot;          /* shaderIntegerDotProduct (Vulkan 1.3) */
 	uint64_t max_buffer;   /* maxStorageBufferRange: the most bytes a shader's buffer may hold */

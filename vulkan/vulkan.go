@@ -83,6 +83,7 @@ type DeviceInfo struct {
 	APIVersion        string
 	DeviceLocalBytes  uint64 // the largest device-local memory heap
 	SubgroupSize      int
+	SubgroupArith     bool   // compute shaders have subgroup arithmetic (subgroupAdd)
 	FP16, Int8, DotI8 bool   // shaderFloat16, shaderInt8, shaderIntegerDotProduct
 	MaxBufferBytes    uint64 // maxStorageBufferRange: the largest buffer a shader may bind
 }
@@ -102,7 +103,7 @@ func Devices() ([]DeviceInfo, error) {
 		out = append(out, DeviceInfo{Index: i, Name: C.GoString(&in.name[0]), Type: DeviceType(in._type),
 			VendorID: uint32(in.vendor), ID: uint32(in.device),
 			APIVersion:       fmt.Sprintf("%d.%d.%d", api>>22&0x7f, api>>12&0x3ff, api&0xfff),
-			DeviceLocalBytes: uint64(in.device_local), SubgroupSize: int(in.subgroup),
+			DeviceLocalBytes: uint64(in.device_local), SubgroupSize: int(in.subgroup), SubgroupArith: in.subgroup_arith != 0,
 			FP16: in.fp16 != 0, Int8: in.int8 != 0, DotI8: in.int8_dot != 0, MaxBufferBytes: uint64(in.max_buffer)})
 	}
 	return out, nil

@@ -103,8 +103,8 @@ func listGPUs(stdout io.Writer) error {
 		return "no"
 	}
 	for _, d := range devs {
-		fmt.Fprintf(stdout, "  %d: %s — %s, Vulkan %s, %d MiB device memory (buffers up to %d MiB), subgroup %d, fp16 %s, int8 %s, int8 dot products %s\n",
-			d.Index, d.Name, d.Type, d.APIVersion, d.DeviceLocalBytes>>20, d.MaxBufferBytes>>20, d.SubgroupSize, yes(d.FP16), yes(d.Int8), yes(d.DotI8))
+		fmt.Fprintf(stdout, "  %d: %s — %s, Vulkan %s, %d MiB device memory (buffers up to %d MiB), subgroup %d (arithmetic %s), fp16 %s, int8 %s, int8 dot products %s\n",
+			d.Index, d.Name, d.Type, d.APIVersion, d.DeviceLocalBytes>>20, d.MaxBufferBytes>>20, d.SubgroupSize, yes(d.SubgroupArith), yes(d.FP16), yes(d.Int8), yes(d.DotI8))
 	}
 	return nil
 }
