@@ -183,6 +183,7 @@ var vulkanLowerings = map[cgo.Op]func(n vulkanNode) ([]vulkan.Dispatch, error){}
 
 type vulkanProgram struct {
 	v    *Vulkan
+	name string // the graph's, for run-time errors
 	prog *vulkan.Program
 	// nodes and dispatchNode name what each dispatch ran, for the profile.
 	nodes        []ShapeTime
@@ -202,7 +203,7 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	prog := &vulkanProgram{v: v, io: map[string]*vulkan.Buffer{}, inputs: g.inputs, outputs: g.outputs}
+	prog := &vulkanProgram{v: v, name: g.name, io: map[string]*vulkan.Buffer{}, inputs: g.inputs, outputs: g.outputs}
 	fail := func(err error) (Program, error) {
 		prog.Close()
 		return nil, fmt.Errorf("engine: %s: compile for %s: %w", g.name, v.Name(), err)
@@ -430,7 +431,8 @@ func (p *vulkanProgram) Run() error {
 		f()
 	}
 	if err := p.prog.Run(); err != nil {
-		return err
+		// One submission runs every node: a driver's failure names no single one.
+		return fmt.Errorf("engine: %s (%d dispatches in one submission): %w", p.name, p.stats.Nodes, err)
 	}
 	if p.v.profiling.Load() {
 		p.v.record(p)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/voxpipe/voxpipe/internal/vulkantest"
+	"github.com/voxpipe/voxpipe/vulkan"
 )
 
 // vulkanBackend opens the first Vulkan device (lavapipe in CI); without one the test skips,
@@ -433,5 +435,29 @@ func TestVulkanBufferReadWrite(t *testing.T) {
 	vals, err := b.Values()
 	if err != nil || len(vals) != 10 {
 		t.Errorf("Values: %d values, %v", len(vals), err)
+	}
+}
+
+// A run the driver fails comes back as an error naming the program (its graph) and the
+// device, ErrDeviceLost when the device is lost; the program's later runs fail at once.
+func TestVulkanRunErrorNamesProgram(t *testing.T) {
+	v := vulkanBackend(t)
+	g := NewGraph("probe.step")
+	g.Output("y", g.Abs(g.Input("x", F32, 4)))
+	p, err := v.Compile(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.Run(); err != nil {
+		t.Fatal(err)
+	}
+	v.dev.InjectSubmitResult(-4) // VK_ERROR_DEVICE_LOST
+	err = p.Run()
+	if err == nil || !errors.Is(err, vulkan.ErrDeviceLost) || !strings.Contains(err.Error(), "probe.step") || !strings.Contains(err.Error(), v.dev.Info.Name) {
+		t.Fatalf("a run on a lost device: %v", err)
+	}
+	if err := p.Run(); !errors.Is(err, vulkan.ErrDeviceLost) {
+		t.Fatalf("the next run: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package vulkan
 
-// Test hooks into vk.c. Test files cannot use cgo, so these thin unexported wrappers live here.
+// Test hooks into vk.c. Test files cannot use cgo, so these thin wrappers live here; the
+// exported one lets the layers above (engine) test their handling of a driver's failures.
 
 /*
 #include "vk.h"
@@ -14,6 +15,7 @@ const (
 	vkErrorOutOfHost  = -1
 )
 
-// injectSubmitResult makes the device's next submission return result (a VkResult) without
-// running: a driver's failure that lavapipe never produces.
-func (d *Device) injectSubmitResult(result int) { C.vxk_inject(d.d, C.int(result)) }
+// InjectSubmitResult makes the device's next submission return result (a VkResult: -4 is
+// VK_ERROR_DEVICE_LOST) without running: a driver's failure that lavapipe never produces.
+// For tests only.
+func (d *Device) InjectSubmitResult(result int) { C.vxk_inject(d.d, C.int(result)) }

@@ -657,7 +657,7 @@ func TestDeviceLost(t *testing.T) {
 			}
 
 			// A failure that is not a loss fails that run only.
-			d.injectSubmitResult(vkErrorOutOfHost)
+			d.InjectSubmitResult(vkErrorOutOfHost)
 			if err := prog.Run(); err == nil || errors.Is(err, ErrDeviceLost) || d.Lost() {
 				t.Fatalf("out of host memory: err %v (lost %v), want a plain error", err, d.Lost())
 			}
@@ -665,7 +665,7 @@ func TestDeviceLost(t *testing.T) {
 				t.Fatalf("run after a transient failure: %v", err)
 			}
 
-			d.injectSubmitResult(c.result)
+			d.InjectSubmitResult(c.result)
 			err = prog.Run()
 			if !errors.Is(err, ErrDeviceLost) || !d.Lost() {
 				t.Fatalf("run on a %s device: err %v, Lost %v; want ErrDeviceLost", c.name, err, d.Lost())
