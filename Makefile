@@ -10,7 +10,7 @@ BUILD_PKGS := libopus-dev libopusfile-dev libopenblas-dev libmp3lame-dev pkg-con
 VULKAN_TEST_PKGS := mesa-vulkan-drivers glslc
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run build test test-go test-web bench bench-models fuzz deps test-deps vulkan-deps shaders shaders-check clean
+.PHONY: run build test test-go test-web bench bench-models fuzz deps test-deps vulkan-deps shaders shaders-check gpu-bundle clean
 
 run: build ## build and start the server on http://localhost:8080 (LISTEN=host:port to change)
 	./$(BIN) serve --listen $(LISTEN)
@@ -73,6 +73,17 @@ bench-models: build
 	@[ -f $(BENCH_MODELS)/meanvc2-40ms.gguf ] || ./$(BIN) mkmodel --family meanvc2 --variant 40ms --out $(BENCH_MODELS)/meanvc2-40ms.gguf
 	@# The MioTTS 0.6B originals (Hugging Face folder, 2.4 GB f32 safetensors in two shards) for the import benchmark.
 	@[ -f $(BENCH_MODELS)/miotts-0.6b-orig/model.safetensors.index.json ] || ./$(BIN) mkmodel --family miotts --size 0.6b --originals $(BENCH_MODELS)/miotts-0.6b-orig
+
+# For tools/gpu-figures.sh on a GPU machine that has neither Go nor Debian's libraries: the
+# binary (stripped) with the shared libraries it links and the Vulkan loader, packed in
+# .gpu/bundle.tar.gz (about 30 MB).
+gpu-bundle: deps vulkan-deps ## pack the binary and its libraries into .gpu/ for tools/gpu-figures.sh
+	@rm -rf .gpu && mkdir -p .gpu/stage/lib
+	$(GO) build -trimpath -ldflags "-s -w -X main.buildCommit=$(COMMIT) -X main.buildVersion=$(VERSION)" -o .gpu/stage/voxpipe ./cmd/voxpipe
+	@ldd .gpu/stage/voxpipe | awk '/=> \// {print $$3}' | grep -v -E '/(libc|libm|libpthread|libdl|librt)\.so' | xargs -r -I{} cp -L {} .gpu/stage/lib/
+	@cp -L /usr/lib/x86_64-linux-gnu/libvulkan.so.1 .gpu/stage/lib/
+	@tar -C .gpu/stage -czf .gpu/bundle.tar.gz . && rm -rf .gpu/stage
+	@ls -la .gpu/bundle.tar.gz
 
 bench: build bench-models ## benchmarks: Go microbenchmarks, the engine, the models at real size, the WebRTC loopback
 	@# The LM benchmarks (batched decode steps, a joining stream's prefill) on the real-size model.
