@@ -53,6 +53,7 @@ func (p *serverPlacement) args() []string {
 // gpuPart is a model part on a backend with memory of its own.
 type gpuPart struct {
 	model, part string
+	sessions    string // the sessions it serves, as metrics.DeviceMemory takes them: "vc" or "tts"
 	be          engine.Backend
 	mem         engine.MemoryReporter
 }
@@ -69,11 +70,12 @@ func (a *app) placement(backend, part, partName string, threads int, w io.Writer
 	return pl
 }
 
-// nameGPUParts names the GPU parts opened since the last call after the model they hold.
-func (a *app) nameGPUParts(model string) {
+// nameGPUParts names the GPU parts opened since the last call after the model they hold and
+// the sessions it serves ("vc" or "tts").
+func (a *app) nameGPUParts(model, sessions string) {
 	for i := range a.gpus {
 		if a.gpus[i].model == "" {
-			a.gpus[i].model = model
+			a.gpus[i].model, a.gpus[i].sessions = model, sessions
 		}
 	}
 }

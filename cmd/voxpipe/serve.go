@@ -226,7 +226,7 @@ func (a *app) modelMetrics(met *metrics.Metrics) {
 		met.VCBatches(name, stats)
 	}
 	for _, g := range a.gpus {
-		met.DeviceMemory(g.model, g.part, g.be.Name(), g.mem.MemoryInUse)
+		met.DeviceMemory(g.model, g.part, g.be.Name(), g.sessions, g.mem.MemoryInUse)
 	}
 }
 
@@ -370,7 +370,7 @@ func (a *app) loadMeanVC2(o serveOptions, lib *library.Library, voices *stream.R
 		a.closers = append(a.closers, closeModel)
 		variant := m.Config.Runtime.Model
 		name := "meanvc2-" + variant
-		a.nameGPUParts(name)
+		a.nameGPUParts(name, "vc")
 		if prev, ok := files[name]; ok {
 			return nil, nil, fmt.Errorf("--vc-model: %s and %s are both the %s MeanVC2 model; give one file per variant (120ms, 40ms)", prev, path, variant)
 		}
@@ -472,7 +472,7 @@ func (a *app) loadTTS(o serveOptions, lib *library.Library, stdout io.Writer) (*
 		return nil, err
 	}
 	a.closers = append(a.closers, mt.Close)
-	a.nameGPUParts("miotts")
+	a.nameGPUParts("miotts", "tts")
 	fmt.Fprintf(stdout, "warming MioTTS up (compiling its programs, measuring its speed)…\n")
 	warm, err := mt.Warm(context.Background())
 	if err != nil {

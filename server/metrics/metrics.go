@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,9 @@ type Metrics struct {
 	underflow prometheus.Counter
 
 	lateTotal atomic.Int64 // what late counts, for LateChunks
+
+	liveMu sync.Mutex
+	live   map[string]int // open sessions by mode, what sessions shows (for DeviceMemory)
 
 	mu   sync.Mutex
 	last map[string]rtc.SessionReport // per live session: the previous totals, for deltas
@@ -88,11 +92,31 @@ func (m *Metrics) Handler() http.Handler { return promhttp.HandlerFor(m.reg, pro
 
 // Session counts a session of a mode in (started) or out.
 func (m *Metrics) Session(mode string, started bool) {
-	if started {
-		m.sessions.WithLabelValues(mode).Inc()
-	} else {
-		m.sessions.WithLabelValues(mode).Dec()
+	d := 1
+	if !started {
+		d = -1
 	}
+	m.sessions.WithLabelValues(mode).Add(float64(d))
+	m.liveMu.Lock()
+	if m.live == nil {
+		m.live = map[string]int{}
+	}
+	m.live[mode] += d
+	m.liveMu.Unlock()
+}
+
+// liveSessions is the open sessions of the modes whose name holds kind ("vc": live voice
+// over WebRTC and telephone calls; "tts": every text-to-speech stream).
+func (m *Metrics) liveSessions(kind string) int {
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	n := 0
+	for mode, k := range m.live {
+		if strings.Contains(mode, kind) {
+			n += k
+		}
+	}
+	return n
 }
 
 // VCSession is rtc.Config.OnSession: it also forgets the session's totals when it ends.
@@ -197,8 +221,23 @@ func (m *Metrics) DecodeBatches(model string, stats func() DecodeStats) {
 
 // DeviceMemory exports the memory a model part holds on a device with memory of its own (a
 // GPU through Vulkan), read at scrape time: device-local (weights, arenas, caches) and
-// host-visible (inputs, outputs, staging).
-func (m *Metrics) DeviceMemory(model, part, backend string, inUse func() (device, host int64)) {
+// host-visible (inputs, outputs, staging); and what a session adds, as the benches report
+// it: the device-local memory held beyond what the part held when this was called (once
+// the model is loaded, before any session) over the open sessions of the modes that hold
+// sessionKind ("vc" or "tts"), 0 with none open.
+func (m *Metrics) DeviceMemory(model, part, backend, sessionKind string, inUse func() (device, host int64)) {
+	base, _ := inUse()
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "voxpipe_device_session_memory_bytes",
+		ConstLabels: prometheus.Labels{"model": model, "part": part, "backend": backend},
+		Help:        "Device memory a model part holds beyond its memory at load, per open session using it (its caches, state and the programs compiled for them); 0 with none open."},
+		func() float64 {
+			n := m.liveSessions(sessionKind)
+			if n <= 0 {
+				return 0
+			}
+			d, _ := inUse()
+			return float64(max(0, d-base)) / float64(n)
+		}))
 	for _, k := range []struct {
 		kind string
 		f    func() float64

@@ -52,7 +52,9 @@ func TestMetrics(t *testing.T) {
 	m.VCBatches("meanvc2-120ms", func() VCBatchStats {
 		return VCBatchStats{ASRBatches: 4, ASRWindows: 9, StepBatches: 5, Steps: 11, Busy: 1500 * time.Millisecond}
 	})
-	m.DeviceMemory("miotts", "model", "vulkan:gpu", func() (int64, int64) { return 3 << 20, 4096 })
+	gpu := int64(3 << 20)
+	m.DeviceMemory("miotts", "model", "vulkan:gpu", "tts", func() (int64, int64) { return gpu, 4096 })
+	gpu += 1 << 20 // the open TTS stream's caches
 	sched := stream.NewScheduler(1)
 	defer sched.Close()
 	m.Scheduler(sched)
@@ -86,7 +88,8 @@ func TestMetrics(t *testing.T) {
 		`voxpipe_vc_batches_total{model="meanvc2-120ms",stage="step"} 5`,
 		`voxpipe_vc_batched_total{model="meanvc2-120ms",stage="step"} 11`,
 		`voxpipe_vc_model_busy_seconds_total{model="meanvc2-120ms"} 1.5`,
-		`voxpipe_device_memory_bytes{backend="vulkan:gpu",kind="device",model="miotts",part="model"} 3.145728e+06`,
+		`voxpipe_device_memory_bytes{backend="vulkan:gpu",kind="device",model="miotts",part="model"} 4.194304e+06`,
+		`voxpipe_device_session_memory_bytes{backend="vulkan:gpu",model="miotts",part="model"} 1.048576e+06`,
 		`voxpipe_device_memory_bytes{backend="vulkan:gpu",kind="host",model="miotts",part="model"} 4096`,
 		`voxpipe_scheduler_load 0`,
 		`voxpipe_scheduler_queued 0`,
