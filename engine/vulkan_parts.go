@@ -70,41 +70,41 @@ func (m vkMem) Read(off int64, p []byte) error {
 // writeDevice copies p into b from byte off; a range that does not start or end on a 4-byte
 // word keeps the bytes it shares a word with (the copies move whole words).
 func writeDevice(dev *vulkan.Device, b *vulkan.Buffer, off int64, p []byte) error {
-	if len(p) == 0 {
-		return nil
-	}
-	lo, hi := off&^3, (off+int64(len(p))+3)&^3
-	st, err := dev.Alloc(int(hi-lo)/4, true)
-	if err != nil {
-		return err
-	}
-	defer st.Free()
-	words := stagingBytes(st)
-	if lo != off || hi != off+int64(len(p)) {
-		if err := b.CopyRange(int(lo/4), st, 0, int(hi-lo)/4); err != nil {
-			return err
+	return staged(dev, b, off, int64(len(p)), func(st *vulkan.Buffer, lo, hi int64) error {
+		if lo != off || hi != off+int64(len(p)) {
+			if err := b.CopyRange(int(lo/4), st, 0, int(hi-lo)/4); err != nil {
+				return err
+			}
 		}
-	}
-	copy(words[off-lo:], p)
-	return st.CopyRange(0, b, int(lo/4), int(hi-lo)/4)
+		copy(stagingBytes(st)[off-lo:], p)
+		return st.CopyRange(0, b, int(lo/4), int(hi-lo)/4)
+	})
 }
 
 // readDevice copies bytes of b from byte off into p.
 func readDevice(dev *vulkan.Device, b *vulkan.Buffer, off int64, p []byte) error {
-	if len(p) == 0 {
+	return staged(dev, b, off, int64(len(p)), func(st *vulkan.Buffer, lo, hi int64) error {
+		if err := b.CopyRange(int(lo/4), st, 0, int(hi-lo)/4); err != nil {
+			return err
+		}
+		copy(p, stagingBytes(st)[off-lo:])
+		return nil
+	})
+}
+
+// staged calls f with a host-visible staging buffer for the words [lo, hi) of b that hold
+// its n bytes from off (nothing for none).
+func staged(dev *vulkan.Device, b *vulkan.Buffer, off, n int64, f func(st *vulkan.Buffer, lo, hi int64) error) error {
+	if n == 0 {
 		return nil
 	}
-	lo, hi := off&^3, (off+int64(len(p))+3)&^3
+	lo, hi := off&^3, (off+n+3)&^3
 	st, err := dev.Alloc(int(hi-lo)/4, true)
 	if err != nil {
 		return err
 	}
 	defer st.Free()
-	if err := b.CopyRange(int(lo/4), st, 0, int(hi-lo)/4); err != nil {
-		return err
-	}
-	copy(p, stagingBytes(st)[off-lo:])
-	return nil
+	return f(st, lo, hi)
 }
 
 func stagingBytes(st *vulkan.Buffer) []byte {
@@ -208,6 +208,10 @@ func lowerPartedNode(g *Graph, nd node, root []int, parted map[int]partedTensor,
 		if _, p := parted[root[s]]; p && n.Src[i].Buf == nil && at < 0 {
 			at = i
 		}
+	}
+	if pt, ok := parted[root[nd.dst]]; ok && n.Dst.Buf == nil {
+		return nil, true, fmt.Errorf("%s writes buffer %q (%d bytes in %d parts: larger than the device binds at once) across its parts; only GatherRows and Linear read such a buffer, and nothing writes it",
+			opName(nd.op), g.tensors[root[nd.dst]].persist.name, pt.mem.Bytes(), len(pt.mem.parts))
 	}
 	if at < 0 {
 		return nil, false, nil

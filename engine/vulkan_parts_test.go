@@ -115,6 +115,11 @@ func TestVulkanBuffersInParts(t *testing.T) {
 	if _, err := v.Compile(g); err == nil || !strings.Contains(err.Error(), `buffer "table"`) || !strings.Contains(err.Error(), "3 parts") || !strings.Contains(err.Error(), "scaled.table") {
 		t.Errorf("Scale of a whole table in parts: %v", err)
 	}
+	g = NewGraph("parted.write")
+	g.Assign(g.Persistent(w), g.Input("x", F32, 10, 4))
+	if _, err := v.Compile(g); err == nil || !strings.Contains(err.Error(), `writes buffer "table"`) {
+		t.Errorf("Assign to a whole table in parts: %v", err)
+	}
 	// A row wider than the limit cannot be cut.
 	if _, err := Upload(v, "wide", make([]float32, 40), 2, 20); err == nil || !strings.Contains(err.Error(), "whole rows") {
 		t.Errorf("80-byte rows under a 64-byte limit: %v", err)

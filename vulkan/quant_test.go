@@ -321,16 +321,22 @@ func TestGatherRowsQuant(t *testing.T) {
 		if err := d.Run(ds); err != nil {
 			t.Fatal(err)
 		}
-		got := yb.Float32s()[2:]
-		for i, r := range idx {
-			for j := range c.d {
-				want := float32(0)
-				if r >= 0 && r < n {
-					want = deq[int64(r)*c.d+j]
-				}
-				if g := got[int64(i)*c.d+j]; math.Float32bits(g) != math.Float32bits(want) {
-					t.Fatalf("%s: y[%d, %d] (row %d) = %v, want %v", c.enc, i, j, r, g, want)
-				}
+		lqCheckGathered(t, c.enc.String(), yb.Float32s()[2:], idx, deq, n, c.d)
+	}
+}
+
+// lqCheckGathered checks y [len(idx), d] against the rows of table [n, d] (values), bit for
+// bit, zeros for indices outside it.
+func lqCheckGathered(t *testing.T, what string, y []float32, idx []int32, table []float32, n, d int64) {
+	t.Helper()
+	for i, r := range idx {
+		for j := range d {
+			want := float32(0)
+			if r >= 0 && int64(r) < n {
+				want = table[int64(r)*d+j]
+			}
+			if g := y[int64(i)*d+j]; math.Float32bits(g) != math.Float32bits(want) {
+				t.Fatalf("%s: y[%d, %d] (row %d) = %v, want %v", what, i, j, r, g, want)
 			}
 		}
 	}
@@ -492,18 +498,7 @@ func TestGatherRowsParts(t *testing.T) {
 				}
 			}
 		}
-		got := yb.Float32s()
-		for i, r := range idx {
-			for j := range c.d {
-				want := float32(0)
-				if r >= 0 && r < n {
-					want = deq[int64(r)*c.d+j]
-				}
-				if g := got[int64(i)*c.d+j]; math.Float32bits(g) != math.Float32bits(want) {
-					t.Fatalf("%s: y[%d, %d] (row %d) = %v, want %v", c.enc, i, j, r, g, want)
-				}
-			}
-		}
+		lqCheckGathered(t, c.enc.String(), yb.Float32s(), idx, deq, n, c.d)
 	}
 	if _, err := GatherRowsPartOp(lqAt(ib, 0, 4, 1), EncF32, 7, 9, it, lqAt(ib, 0, int64(len(idx)), 1)); err == nil || !strings.Contains(err.Error(), "from row 7 of a table of 9") {
 		t.Errorf("a part past the table's end: %v", err)
