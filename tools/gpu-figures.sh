@@ -1,16 +1,16 @@
 #!/bin/sh
 # The GPU figures of the Vulkan backend against the CPU backend, in one run on a machine with
-# a GPU: MeanVC2's conversion RTF and chunk p90, MioTTS-0.6B's decode tokens/s (Q8_0 and F16),
-# prefill, TTFA and codec RTF, and the device memory each uses. Each bench writes its JSON
-# into OUT, with the devices and a log; the CPU runs use 2 threads, as the CPU figures
-# elsewhere do.
+# a GPU: MeanVC2's conversion RTF and chunk p90, MioTTS-0.6B's decode tokens/s (Q8_0 and F16;
+# Q8_0 also without integer dot products, VOXPIPE_VULKAN_INT8_DOT=0), prefill, TTFA and codec
+# RTF, and the device memory each uses. Each bench writes its JSON into OUT, with the devices
+# and a log; the CPU runs use 2 threads, as the CPU figures elsewhere do.
 #
 #   make gpu-bundle                       # here: the binary and its libraries, packed in .gpu/
 #   tools/gpu-figures.sh OUT [STAGE...]   # there; STAGE: meanvc2, miotts-q8_0, miotts-f16
-#                                         # (default: all three, about 8 minutes on an H100)
+#                                         # (default: all three; one stage per call fits better)
 #
-# It runs .gpu/bundle.tar.gz's binary when there is one (a machine without Debian's
-# libraries), else $BIN (default bin/voxpipe). Models are made at real size with random
+# It runs $BIN when set, else .gpu/bundle.tar.gz's binary when there is one (a machine
+# without Debian's libraries), else bin/voxpipe. Models are made at real size with random
 # weights into $MODELS (default .bench-models) when missing; DIMS=tiny makes the golden
 # test models' dimensions instead (the codec is $VOXPIPE_GOLDEN_DIR's), to try the script
 # on any machine in a few minutes.
@@ -25,7 +25,7 @@ LOG=$OUT/log.txt
 
 log() { echo "== $(date +%T) $*" | tee -a "$LOG"; }
 
-if [ -f .gpu/bundle.tar.gz ]; then
+if [ -z "${BIN:-}" ] && [ -f .gpu/bundle.tar.gz ]; then
 	rm -rf .gpu/run && mkdir -p .gpu/run && tar -C .gpu/run -xzf .gpu/bundle.tar.gz || exit 1
 	BIN=$PWD/.gpu/run/voxpipe
 	export LD_LIBRARY_PATH=$PWD/.gpu/run/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -66,17 +66,23 @@ model() {
 	"$BIN" mkmodel --dims "$DIMS" "$@" --out "$f" >>"$LOG" 2>&1 || { log "mkmodel failed"; return 1; }
 }
 
-# bench NAME ARGS...: one bench on Vulkan and on the CPU, JSON to OUT/NAME-{vulkan,cpu}.json.
+# bench NAME ARGS...: one bench on Vulkan and on the CPU, JSON to OUT/NAME-{vulkan,cpu}.json;
+# with INT8_AB=1 also on Vulkan without integer dot products (NAME-vulkan-noint8.json).
 bench() {
 	name=$1
 	shift
-	for be in vulkan cpu; do
-		log "bench $name on $be"
+	runs="vulkan cpu"
+	[ "${INT8_AB:-}" = 1 ] && runs="vulkan vulkan-noint8 cpu"
+	for run in $runs; do
+		be=${run%-noint8}
+		dot=${VOXPIPE_VULKAN_INT8_DOT:-}
+		[ "$run" = vulkan-noint8 ] && dot=0
+		log "bench $name on $run"
 		start=$(date +%s)
-		if "$BIN" bench "$@" --backend "$be" --threads 2 --json >"$OUT/$name-$be.json" 2>>"$LOG"; then
-			log "bench $name on $be: $(($(date +%s) - start)) s"
+		if VOXPIPE_VULKAN_INT8_DOT=$dot "$BIN" bench "$@" --backend "$be" --threads 2 --json >"$OUT/$name-$run.json" 2>>"$LOG"; then
+			log "bench $name on $run: $(($(date +%s) - start)) s"
 		else
-			log "bench $name on $be failed (exit $?)"
+			log "bench $name on $run failed (exit $?)"
 		fi
 	done
 }
@@ -91,7 +97,7 @@ for stage in $STAGES; do
 		dt=${stage#miotts-}
 		model miotts-0.6b-$dt-$DIMS.gguf --family miotts --size 0.6b --dtype "$dt" &&
 			model miocodec-$dt-$DIMS.gguf --family miocodec --dtype "$dt" &&
-			bench "$stage" miotts --model "$MODELS/miotts-0.6b-$dt-$DIMS.gguf" --codec "$MODELS/miocodec-$dt-$DIMS.gguf"
+			INT8_AB=$([ "$dt" = q8_0 ] && echo 1) bench "$stage" miotts --model "$MODELS/miotts-0.6b-$dt-$DIMS.gguf" --codec "$MODELS/miocodec-$dt-$DIMS.gguf"
 		;;
 	*)
 		log "unknown stage $stage (meanvc2, miotts-q8_0, miotts-f16)"

@@ -169,9 +169,32 @@ func lqOverlap(op string, y Tensor, roles []string, ins []Tensor) error {
 	return nil
 }
 
-// lqTreeSum makes Linear sum by the shared-memory tree even where the device has subgroup
-// arithmetic: tests run both shaders.
-var lqTreeSum bool
+// Linear's shaders: linearq sums by a shared-memory tree; linearq_sg by subgroup additions,
+// where the device has subgroup arithmetic; linearq_dot also multiplies a Q8_0 weight by x
+// rounded to int8 in integer dot products, for up to lqDotRows x rows (as the CPU's Q8_0
+// kernel does for decode-sized batches: larger ones keep x in fp32), where the device takes
+// it (Device.Int8Dot).
+const lqDotRows = 8
+
+// lqTestShader, when set, is the shader Linear takes (linearq_dot only where it applies):
+// tests run each on one device.
+var lqTestShader string
+
+// lqShader is the shader for a Linear over enc with m x rows on dev.
+func lqShader(dev *Device, enc Encoding, m int64) string {
+	dot := enc == EncQ8_0 && m <= lqDotRows
+	switch {
+	case lqTestShader == "linearq_dot" && !dot:
+		return "linearq_sg"
+	case lqTestShader != "":
+		return lqTestShader
+	case dot && dev.int8Dot:
+		return "linearq_dot"
+	case dev.Info.SubgroupArith:
+		return "linearq_sg"
+	}
+	return "linearq"
+}
 
 // lqMaxGroups caps a dispatch axis (Vulkan guarantees 65 535); tests lower it to reach the
 // shaders' loops over the rest.
@@ -232,11 +255,7 @@ func LinearQOp(x Tensor, w Tensor, enc Encoding, bias *Tensor, y Tensor) (Dispat
 	push := []uint32{uint32(m), uint32(n), uint32(k), uint32(enc),
 		uint32(4 * w.Off), uint32(rb), uint32(x.Off), uint32(y.Off), boff, has, uint32(ldy)}
 	groups := [3]uint32{lqGroups(n, lqRows), lqGroups(m, lqXRows*lqPasses), 1}
-	shader := "linearq"
-	if x.Buf.dev.Info.SubgroupArith && !lqTreeSum {
-		shader = "linearq_sg"
-	}
-	d := Dispatch{op: op, shader: shader, nbuf: 4, bufs: []*Buffer{x.Buf, w.Buf, biasBuf, y.Buf}, push: push, groups: groups}
+	d := Dispatch{op: op, shader: lqShader(x.Buf.dev, enc, m), nbuf: 4, bufs: []*Buffer{x.Buf, w.Buf, biasBuf, y.Buf}, push: push, groups: groups}
 	return d.WithAccess(reads, []Tensor{y}), nil
 }
 

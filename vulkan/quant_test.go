@@ -13,6 +13,7 @@ import (
 	"github.com/voxpipe/voxpipe/cgo"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/engine/ggufpack"
+	"github.com/voxpipe/voxpipe/internal/q8test"
 )
 
 // lqGarbage fills the bytes around an encoded operand: halves of NaN, int8 of −1, nibbles of
@@ -104,16 +105,17 @@ func TestLinearQ(t *testing.T) {
 	lqBothSums(t, testLinearQ)
 }
 
-// lqBothSums runs test with Linear summing by subgroup additions (where the device has them)
-// and by the shared-memory tree.
+// lqBothSums runs test with each of Linear's shaders the device can run: int8 dot products
+// for Q8_0 (linearq_dot), subgroup additions (linearq_sg), the shared-memory tree (linearq).
 func lqBothSums(t *testing.T, test func(t *testing.T)) {
-	for _, tree := range []bool{false, true} {
-		t.Run(map[bool]string{false: "subgroup", true: "tree"}[tree], func(t *testing.T) {
-			if !tree && !device(t).Info.SubgroupArith {
-				t.Skip("the device has no subgroup arithmetic")
+	for _, shader := range []string{"linearq_dot", "linearq_sg", "linearq"} {
+		t.Run(shader, func(t *testing.T) {
+			info := device(t).Info
+			if shader != "linearq" && !info.SubgroupArith || shader == "linearq_dot" && !info.DotI8 {
+				t.Skip("the device cannot run " + shader)
 			}
-			lqTreeSum = tree
-			defer func() { lqTreeSum = false }()
+			lqTestShader = shader
+			defer func() { lqTestShader = "" }()
 			test(t)
 		})
 	}
@@ -178,7 +180,7 @@ func testLinearQ(t *testing.T) {
 						if got[0] != sentinel || got[len(got)-1] != sentinel {
 							t.Fatalf("%s K=%d N=%d M=%d: y's neighbours changed: %v, %v", c.enc, k, n, m, got[0], got[len(got)-1])
 						}
-						lqCheckLinear(t, c.enc.String(), x, deq, bias, withBias, got[1:1+m*n], m, n, k)
+						lqCheckLinear(t, c.enc.String(), x, deq, bias, withBias, ds.shader == "linearq_dot", got[1:1+m*n], m, n, k)
 					}
 				}
 			}
@@ -188,8 +190,13 @@ func testLinearQ(t *testing.T) {
 }
 
 // lqCheckLinear compares y [m, n] with float64 x·wᵀ (+ bias) within 1e-5·(Σ|x·w| + |b|).
-func lqCheckLinear(t *testing.T, what string, x, w, bias []float32, withBias bool, y []float32, m, n, k int64) {
+// Where the shader rounds x to int8 (xq), x is first rounded as the shader and the CPU's
+// Q8_0 kernel do: per block of 32, scale amax/127, float32 x·(127/amax) to the nearest even.
+func lqCheckLinear(t *testing.T, what string, x, w, bias []float32, withBias, xq bool, y []float32, m, n, k int64) {
 	t.Helper()
+	if xq {
+		x = q8test.RoundX(x)
+	}
 	for i := range m {
 		for j := range n {
 			var s, a float64
@@ -240,7 +247,7 @@ func testLinearQGroupLoops(t *testing.T) {
 		if err := d.Run(ds); err != nil {
 			t.Fatal(err)
 		}
-		lqCheckLinear(t, enc.String()+" in 2×2 groups", x, deq, nil, false, yb.Float32s(), m, n, k)
+		lqCheckLinear(t, enc.String()+" in 2×2 groups", x, deq, nil, false, ds.shader == "linearq_dot", yb.Float32s(), m, n, k)
 	}
 }
 
@@ -552,7 +559,7 @@ func TestLinearQColumnSlices(t *testing.T) {
 		if got[0] != sentinel || got[1] != sentinel {
 			t.Fatalf("%s: the values before y changed", enc)
 		}
-		lqCheckLinear(t, enc.String(), x, deq, bias, true, y, m, n, k)
+		lqCheckLinear(t, enc.String(), x, deq, bias, true, lqShader(d, enc, m) == "linearq_dot", y, m, n, k)
 	}
 	// Rows that overlap (a stride shorter than the row) are refused.
 	xb := upload(t, d, make([]float32, 2*64))
@@ -560,5 +567,27 @@ func TestLinearQColumnSlices(t *testing.T) {
 	bad := Tensor{Buf: xb, Shape: []int64{2, 2}, Stride: []int64{1, 1}}
 	if _, err := LinearQOp(lqAt(xb, 0, 2, 64), wt, EncQ8_0, nil, bad); err == nil || !strings.Contains(err.Error(), "rows of contiguous values") {
 		t.Errorf("overlapping rows of y: %v", err)
+	}
+}
+
+// Integer dot products are on by default on GPUs that have them, off on software devices;
+// VOXPIPE_VULKAN_INT8_DOT overrides that, and any other value is an error naming the choices.
+func TestInt8DotPolicy(t *testing.T) {
+	gpu := DeviceInfo{Type: Discrete, DotI8: true, SubgroupArith: true}
+	cpu := DeviceInfo{Type: CPU, DotI8: true, SubgroupArith: true}
+	old := DeviceInfo{Type: Discrete, SubgroupArith: true}
+	for _, c := range []struct {
+		env  string
+		info DeviceInfo
+		want bool
+	}{{"", gpu, true}, {"", cpu, false}, {"", old, false}, {"0", gpu, false}, {"1", cpu, true}, {"1", old, false}} {
+		t.Setenv("VOXPIPE_VULKAN_INT8_DOT", c.env)
+		if got, err := int8DotPolicy(c.info); err != nil || got != c.want {
+			t.Errorf("env %q on %+v: %v, %v (want %v)", c.env, c.info, got, err, c.want)
+		}
+	}
+	t.Setenv("VOXPIPE_VULKAN_INT8_DOT", "yes")
+	if _, err := int8DotPolicy(gpu); err == nil || !strings.Contains(err.Error(), "0 (never), 1") {
+		t.Errorf("a bad value: %v", err)
 	}
 }

@@ -283,6 +283,12 @@ vxk_dev *vxk_open(int i, char *err) {
 	                               .queueCount = 1,
 	                               .pQueuePriorities = &prio};
 	VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci};
+	/* Integer dot products (core in 1.3) where the device has them: linearq_dot's int8 sums. */
+	vxk_devinfo info;
+	VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {
+	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES, .shaderIntegerDotProduct = VK_TRUE};
+	if (vxk_info(i, &info) == 0 && info.api >= VK_API_VERSION_1_3 && info.int8_dot)
+		dci.pNext = &dot;
 	VkResult r = vkCreateDevice(d->phys, &dci, NULL, &d->dev);
 	if (r != VK_SUCCESS) {
 		fail(err, "vkCreateDevice: %s (%d)", vkres(r), r);

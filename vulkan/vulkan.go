@@ -23,6 +23,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -115,8 +116,9 @@ type Device struct {
 	Info DeviceInfo
 	d    *C.vxk_dev
 
-	mu    sync.Mutex
-	pipes map[string]*pipeline
+	mu      sync.Mutex
+	pipes   map[string]*pipeline
+	int8Dot bool // Q8_0 products of a few rows in integer dot products (int8DotPolicy)
 
 	deviceBytes, hostBytes atomic.Int64 // live allocations (MemoryInUse)
 	peakBytes              atomic.Int64 // most of both at once
@@ -161,8 +163,35 @@ func Open(index int) (*Device, error) {
 	if d == nil {
 		return nil, fmt.Errorf("vulkan: %s: %w", devs[index].Name, cerr(e))
 	}
-	return &Device{Info: devs[index], d: d, pipes: map[string]*pipeline{}}, nil
+	dev := &Device{Info: devs[index], d: d, pipes: map[string]*pipeline{}}
+	if dev.int8Dot, err = int8DotPolicy(dev.Info); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return dev, nil
 }
+
+// int8DotPolicy decides whether Q8_0 products of a few rows use integer dot products on a
+// device that has them (and subgroup arithmetic): on GPUs, where they are instructions; not
+// on a software device (lavapipe), where they are emulated and half as fast as fp32 sums.
+// VOXPIPE_VULKAN_INT8_DOT=0 or 1 overrides it, to compare the two on a GPU.
+func int8DotPolicy(info DeviceInfo) (bool, error) {
+	has := info.DotI8 && info.SubgroupArith
+	switch v := os.Getenv("VOXPIPE_VULKAN_INT8_DOT"); v {
+	case "":
+		return has && info.Type != CPU, nil
+	case "0":
+		return false, nil
+	case "1":
+		return has, nil
+	default:
+		return false, fmt.Errorf("vulkan: VOXPIPE_VULKAN_INT8_DOT=%q: 0 (never), 1 (where the device has integer dot products) or unset (on GPUs that have them)", v)
+	}
+}
+
+// Int8Dot reports whether the device's Q8_0 products of up to 8 rows round x to int8 and
+// sum in integer dot products (see int8DotPolicy).
+func (d *Device) Int8Dot() bool { return d.int8Dot }
 
 // Close waits for the device and frees its pipelines; its buffers must be freed before.
 func (d *Device) Close() {

@@ -53,6 +53,44 @@ void fma8(uint m0, uint mc, uint k, float v[R][8], float s[R]) {
 }
 
 // Q8_0: blocks of 34 bytes (half d, 32 int8 q); unit u is quarter u&3 of block u>>2.
+#ifdef INT8_DOT
+// OpSDotKHR over two words of 4 signed bytes each (fmt 0: PackedVectorFormat4x8Bit).
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6018, 6019], id = 4450)
+int sdot4x8(int a, int b, spirv_literal int fmt);
+
+// With integer dot products (linearq_dot.comp, for a few x rows as the CPU's Q8_0 kernel
+// does): each x block of 32 values is rounded to int8 with scale amax/127 (ties to even, as
+// lrintf), 8 of them at a time multiplied by W's int8 in two dot products summed in int32,
+// then scaled by both blocks' scales in fp32.
+void dotQ8(uint rb[R], uint m0, uint mc) {
+	for (uint u = gl_LocalInvocationID.x; u < p.K >> 3; u += WG) {
+		uint q8 = (u & 3u) * 8u;
+		int wl[R], wh[R];
+		float s[R];
+		[[unroll]] for (uint r = 0u; r < R; r++) {
+			uint b = rb[r] + (u >> 2) * 34u;
+			s[r] = unpackHalf2x16(rd16(b)).x;
+			wl[r] = int(rd32(b + 2u + q8));
+			wh[r] = int(rd32(b + 6u + q8));
+		}
+		[[unroll]] for (uint m = 0u; m < MC; m++) {
+			if (m < mc) {
+				uint xb = p.xoff + (m0 + m) * p.K + (u >> 2) * 32u;
+				float amax = 0.0;
+				for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(x[xb + j]));
+				float id = amax > 0.0 ? 127.0 / amax : 0.0, dx = amax / 127.0;
+				int xl = 0, xh = 0;
+				[[unroll]] for (uint j = 0u; j < 4u; j++) {
+					xl |= (int(roundEven(x[xb + q8 + j] * id)) & 255) << (8u * j);
+					xh |= (int(roundEven(x[xb + q8 + 4u + j] * id)) & 255) << (8u * j);
+				}
+				[[unroll]] for (uint r = 0u; r < R; r++)
+					acc[m * R + r] = fma(s[r] * dx, float(sdot4x8(xl, wl[r], 0) + sdot4x8(xh, wh[r], 0)), acc[m * R + r]);
+			}
+		}
+	}
+}
+#else
 void dotQ8(uint rb[R], uint m0, uint mc) {
 	for (uint u = gl_LocalInvocationID.x; u < p.K >> 3; u += WG) {
 		float v[R][8], s[R];
@@ -68,6 +106,7 @@ void dotQ8(uint rb[R], uint m0, uint mc) {
 		fma8(m0, mc, u << 3, v, s);
 	}
 }
+#endif
 
 // F16 (bf = false) or BF16 halves; K need not be a multiple of 8 (a tail of single values).
 void dotHalf(bool bf, uint rb[R], uint m0, uint mc) {
