@@ -160,7 +160,7 @@ func lqEncoded(op, role string, t Tensor, enc Encoding) (n, k, rb int64, words T
 // lqOverlap reports an output that shares values with an input (every workgroup reads all
 // of x and W while others write y).
 func lqOverlap(op string, y Tensor, roles []string, ins []Tensor) error {
-	a := span{y.Buf, int64(y.Off), int64(y.Off) + numel(y.Shape)}
+	a := span{y.Buf, int64(y.Off), y.span()} // y's rows may be apart (a slice of columns)
 	for i, t := range ins {
 		if a.overlaps(span{t.Buf, int64(t.Off), int64(t.Off) + numel(t.Shape)}) {
 			return fmt.Errorf("vulkan: %s: y overlaps %s in its buffer", op, roles[i])

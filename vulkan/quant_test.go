@@ -568,6 +568,12 @@ func TestLinearQColumnSlices(t *testing.T) {
 	if _, err := LinearQOp(lqAt(xb, 0, 2, 64), wt, EncQ8_0, nil, bad); err == nil || !strings.Contains(err.Error(), "rows of contiguous values") {
 		t.Errorf("overlapping rows of y: %v", err)
 	}
+	// So is x lying between y's rows: the shader would read values others write.
+	yx := upload(t, d, make([]float32, 200))
+	spread := Tensor{Buf: yx, Shape: []int64{2, 2}, Stride: []int64{100, 1}}
+	if _, err := LinearQOp(lqAt(yx, 10, 2, 64), wt, EncQ8_0, nil, spread); err == nil || !strings.Contains(err.Error(), "y overlaps x") {
+		t.Errorf("x between the rows of y: %v", err)
+	}
 }
 
 // Integer dot products are on by default on GPUs that have them, off on software devices;
