@@ -155,6 +155,16 @@ type vulkanNode struct {
 	DstType DType
 }
 
+// vulkanOperands is nd as a lowering sees it, its operands from operand.
+func vulkanOperands(g *Graph, nd node, operand func(int) vulkan.Tensor) vulkanNode {
+	n := vulkanNode{IP: nd.ip, FP: nd.fp, Dst: operand(nd.dst), DstType: g.tensors[nd.dst].dtype}
+	for _, s := range nd.src {
+		n.Src = append(n.Src, operand(s))
+		n.SrcType = append(n.SrcType, g.tensors[s].dtype)
+	}
+	return n
+}
+
 // f32 checks that the node has lo…hi sources and that they and its destination are F32
 // (the arithmetic shaders read no other encoding); roles name the sources in the error.
 func (n vulkanNode) f32(op string, lo, hi int, roles ...string) error {
@@ -362,11 +372,7 @@ func (v *Vulkan) Compile(g *Graph) (Program, error) {
 				err = fmt.Errorf("op %s has no Vulkan shader yet", opName(nd.op))
 				break
 			}
-			n := vulkanNode{IP: nd.ip, FP: nd.fp, Dst: dst, DstType: g.tensors[nd.dst].dtype}
-			for _, s := range nd.src {
-				n.Src = append(n.Src, operand(s))
-				n.SrcType = append(n.SrcType, g.tensors[s].dtype)
-			}
+			n := vulkanOperands(g, nd, operand)
 			var more []vulkan.Dispatch
 			if more, err = lower(n); err == nil {
 				if len(more) == 1 && plainNode(g, nd) {

@@ -197,14 +197,17 @@ func (p partedTensor) inOnePart(t vulkan.Tensor) (vulkan.Tensor, bool) {
 // lowerPartedNode lowers nd when one of its sources is a view that no part of a parted
 // buffer holds (ok false: nd reads no such view).
 func lowerPartedNode(g *Graph, nd node, root []int, parted map[int]partedTensor, operand func(int) vulkan.Tensor) (ds []vulkan.Dispatch, ok bool, err error) {
-	if len(parted) == 0 {
+	touches := false
+	for _, s := range append([]int{nd.dst}, nd.src...) {
+		_, p := parted[root[s]]
+		touches = touches || p
+	}
+	if !touches {
 		return nil, false, nil
 	}
-	n := vulkanNode{IP: nd.ip, FP: nd.fp, Dst: operand(nd.dst), DstType: g.tensors[nd.dst].dtype}
+	n := vulkanOperands(g, nd, operand)
 	at := -1
 	for i, s := range nd.src {
-		n.Src = append(n.Src, operand(s))
-		n.SrcType = append(n.SrcType, g.tensors[s].dtype)
 		if _, p := parted[root[s]]; p && n.Src[i].Buf == nil && at < 0 {
 			at = i
 		}

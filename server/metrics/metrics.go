@@ -49,7 +49,7 @@ type Metrics struct {
 
 // New registers the collectors, plus Go runtime and process metrics.
 func New() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), last: map[string]rtc.SessionReport{}}
+	m := &Metrics{reg: prometheus.NewRegistry(), last: map[string]rtc.SessionReport{}, live: map[string]int{}}
 	lat := []float64{.02, .04, .06, .08, .1, .15, .2, .3, .5, 1, 2}
 	m.sessions = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "voxpipe_sessions",
 		Help: "Open sessions by mode (vc: live voice over WebRTC; tts_ws, tts_http: text to speech streams)."}, []string{"mode"})
@@ -98,9 +98,6 @@ func (m *Metrics) Session(mode string, started bool) {
 	}
 	m.sessions.WithLabelValues(mode).Add(float64(d))
 	m.liveMu.Lock()
-	if m.live == nil {
-		m.live = map[string]int{}
-	}
 	m.live[mode] += d
 	m.liveMu.Unlock()
 }
