@@ -73,11 +73,14 @@ func lqRun(t *testing.T, be Backend, build func(g *Graph) func(), idx []int32) P
 // Q8_0 kernel for ≤ 8 rows rounds x to int8: there 1e-2, its documented bound, unless
 // Vulkan rounds x the same way in integer dot products: then both are within 1e-5 of sums
 // over the rounded x); gathered rows bit for bit the CPU's. Run with the device's default
-// and with integer dot products on (VOXPIPE_VULKAN_INT8_DOT=1) where it has them.
+// and with integer dot products on (VOXPIPE_VULKAN_INT8_DOT=1) where it has them; 3 and 17
+// rows take the row-pair shaders, 40 the 64×64 tiles (in fp32: the binary16 tiles are
+// tested in the vulkan package).
 func TestVulkanLinearQGather(t *testing.T) {
 	for _, dot := range []string{"", "1"} { // the device's default; integer dot products where it has them
 		t.Run("int8_dot="+dot, func(t *testing.T) {
 			t.Setenv("VOXPIPE_VULKAN_INT8_DOT", dot)
+			t.Setenv("VOXPIPE_VULKAN_F16", "0")
 			testVulkanLinearQGather(t)
 		})
 	}
@@ -105,7 +108,7 @@ func testVulkanLinearQGather(t *testing.T) {
 			bias[i] = float32(rng.NormFloat64())
 		}
 		raw, deq := lqEncode(t, wf, c.dt)
-		for _, m := range []int64{3, 17} {
+		for _, m := range []int64{3, 17, 40} { // 40: the tiled shader's rows
 			var progs []Program
 			for _, be := range []Backend{cpu, v} {
 				progs = append(progs, lqRun(t, be, func(g *Graph) func() {

@@ -1,9 +1,11 @@
 #!/bin/sh
 # The GPU figures of the Vulkan backend against the CPU backend, in one run on a machine with
 # a GPU: MeanVC2's conversion RTF and chunk p90, MioTTS-0.6B's decode tokens/s (Q8_0 and F16;
-# Q8_0 also without integer dot products, VOXPIPE_VULKAN_INT8_DOT=0), prefill, TTFA and codec
-# RTF, and the device memory each uses. Each bench writes its JSON into OUT, with the devices
-# and a log; the CPU runs use 2 threads, as the CPU figures elsewhere do.
+# Q8_0 also without integer dot products, VOXPIPE_VULKAN_INT8_DOT=0, and without Linear's
+# tiles, VOXPIPE_VULKAN_TILE_ROWS=0; F16 also without binary16 tiles, VOXPIPE_VULKAN_F16=0),
+# prefill, TTFA and codec RTF, and the device memory each uses.
+# Each bench writes its JSON into OUT, with the devices and a log; the CPU runs use 2
+# threads, as the CPU figures elsewhere do.
 #
 #   make gpu-bundle                       # here: the binary and its libraries, packed in .gpu/
 #   tools/gpu-figures.sh OUT [STAGE...]   # there; STAGE: meanvc2, miotts-q8_0, miotts-f16
@@ -67,19 +69,24 @@ model() {
 }
 
 # bench NAME ARGS...: one bench on Vulkan and on the CPU, JSON to OUT/NAME-{vulkan,cpu}.json;
-# with INT8_AB=1 also on Vulkan without integer dot products (NAME-vulkan-noint8.json).
+# AB lists Vulkan variants run too, each into NAME-vulkan-VARIANT.json: noint8 (no integer
+# dot products), nof16 (no binary16 tiles), notiles (Linear never in tiles).
 bench() {
 	name=$1
 	shift
-	runs="vulkan cpu"
-	[ "${INT8_AB:-}" = 1 ] && runs="vulkan vulkan-noint8 cpu"
-	for run in $runs; do
-		be=${run%-noint8}
+	for run in vulkan $(for v in ${AB:-}; do echo "vulkan-$v"; done) cpu; do
 		dot=${VOXPIPE_VULKAN_INT8_DOT:-}
-		[ "$run" = vulkan-noint8 ] && dot=0
+		f16=${VOXPIPE_VULKAN_F16:-}
+		rows=${VOXPIPE_VULKAN_TILE_ROWS:-}
+		case $run in
+		*-noint8) dot=0 ;;
+		*-nof16) f16=0 ;;
+		*-notiles) rows=0 ;;
+		esac
 		log "bench $name on $run"
 		start=$(date +%s)
-		if VOXPIPE_VULKAN_INT8_DOT=$dot "$BIN" bench "$@" --backend "$be" --threads 2 --json >"$OUT/$name-$run.json" 2>>"$LOG"; then
+		if VOXPIPE_VULKAN_INT8_DOT=$dot VOXPIPE_VULKAN_F16=$f16 VOXPIPE_VULKAN_TILE_ROWS=$rows \
+			"$BIN" bench "$@" --backend "${run%%-*}" --threads 2 --json >"$OUT/$name-$run.json" 2>>"$LOG"; then
 			log "bench $name on $run: $(($(date +%s) - start)) s"
 		else
 			log "bench $name on $run failed (exit $?)"
@@ -97,7 +104,7 @@ for stage in $STAGES; do
 		dt=${stage#miotts-}
 		model miotts-0.6b-$dt-$DIMS.gguf --family miotts --size 0.6b --dtype "$dt" &&
 			model miocodec-$dt-$DIMS.gguf --family miocodec --dtype "$dt" &&
-			INT8_AB=$([ "$dt" = q8_0 ] && echo 1) bench "$stage" miotts --model "$MODELS/miotts-0.6b-$dt-$DIMS.gguf" --codec "$MODELS/miocodec-$dt-$DIMS.gguf"
+			AB=$([ "$dt" = q8_0 ] && echo noint8 notiles || echo nof16) bench "$stage" miotts --model "$MODELS/miotts-0.6b-$dt-$DIMS.gguf" --codec "$MODELS/miocodec-$dt-$DIMS.gguf"
 		;;
 	*)
 		log "unknown stage $stage (meanvc2, miotts-q8_0, miotts-f16)"

@@ -3,6 +3,7 @@ package vulkan
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Encoding is how a weight or table stores its values; the numbers are the engine's
@@ -173,8 +174,15 @@ func lqOverlap(op string, y Tensor, roles []string, ins []Tensor) error {
 // where the device has subgroup arithmetic; linearq_dot also multiplies a Q8_0 weight by x
 // rounded to int8 in integer dot products, for up to lqDotRows x rows (as the CPU's Q8_0
 // kernel does for decode-sized batches: larger ones keep x in fp32), where the device takes
-// it (Device.Int8Dot).
-const lqDotRows = 8
+// it (Device.Int8Dot). From lqTiledRows x rows on (VOXPIPE_VULKAN_TILE_ROWS overrides it),
+// linearq_tiled computes 64×64 tiles of y (linearq_tiled_f16 with binary16 tiles where the
+// device takes them: Device.HalfTiles): on lavapipe (4096×4096) the tiles cost the same
+// from 16 rows to 64, linearq_sg 0.03 s more a row from 0.14 s; they cross near 19 rows.
+const (
+	lqDotRows   = 8
+	lqTiledRows = 24
+	lqTile      = 64
+)
 
 // lqTestShader, when set, is the shader Linear takes (linearq_dot only where it applies):
 // tests run each on one device.
@@ -188,6 +196,10 @@ func lqShader(dev *Device, enc Encoding, m int64) string {
 		return "linearq_sg"
 	case lqTestShader != "":
 		return lqTestShader
+	case dev.tileRow > 0 && m >= dev.tileRow && dev.half:
+		return "linearq_tiled_f16"
+	case dev.tileRow > 0 && m >= dev.tileRow:
+		return "linearq_tiled"
 	case dot && dev.int8Dot:
 		return "linearq_dot"
 	case dev.Info.SubgroupArith:
@@ -195,6 +207,9 @@ func lqShader(dev *Device, enc Encoding, m int64) string {
 	}
 	return "linearq"
 }
+
+// lqTiled reports whether shader is one of the tiled Linear shaders.
+func lqTiled(shader string) bool { return strings.HasPrefix(shader, "linearq_tiled") }
 
 // lqMaxGroups caps a dispatch axis (Vulkan guarantees 65 535); tests lower it to reach the
 // shaders' loops over the rest.
@@ -254,8 +269,12 @@ func LinearQOp(x Tensor, w Tensor, enc Encoding, bias *Tensor, y Tensor) (Dispat
 	}
 	push := []uint32{uint32(m), uint32(n), uint32(k), uint32(enc),
 		uint32(4 * w.Off), uint32(rb), uint32(x.Off), uint32(y.Off), boff, has, uint32(ldy)}
+	shader := lqShader(x.Buf.dev, enc, m)
 	groups := [3]uint32{lqGroups(n, lqRows), lqGroups(m, lqXRows*lqPasses), 1}
-	d := Dispatch{op: op, shader: lqShader(x.Buf.dev, enc, m), nbuf: 4, bufs: []*Buffer{x.Buf, w.Buf, biasBuf, y.Buf}, push: push, groups: groups}
+	if lqTiled(shader) {
+		groups = [3]uint32{lqGroups(n, lqTile), lqGroups(m, lqTile), 1}
+	}
+	d := Dispatch{op: op, shader: shader, nbuf: 4, bufs: []*Buffer{x.Buf, w.Buf, biasBuf, y.Buf}, push: push, groups: groups}
 	return d.WithAccess(reads, []Tensor{y}), nil
 }
 

@@ -102,16 +102,19 @@ func TestQuantEncodings(t *testing.T) {
 // its row size), garbage around W, y's neighbours untouched. Bound: 1e-5·(Σ|x·w| + |b|),
 // fp32 sums in a different order.
 func TestLinearQ(t *testing.T) {
-	lqBothSums(t, testLinearQ)
+	lqEachShader(t, testLinearQ)
 }
 
-// lqBothSums runs test with each of Linear's shaders the device can run: int8 dot products
-// for Q8_0 (linearq_dot), subgroup additions (linearq_sg), the shared-memory tree (linearq).
-func lqBothSums(t *testing.T, test func(t *testing.T)) {
-	for _, shader := range []string{"linearq_dot", "linearq_sg", "linearq"} {
+// lqEachShader runs test with each of Linear's shaders the device can run: int8 dot products
+// for Q8_0 (linearq_dot), subgroup additions (linearq_sg), the shared-memory tree (linearq),
+// the tiles of many rows in fp32 (linearq_tiled) and in binary16 (linearq_tiled_f16), each
+// at every M.
+func lqEachShader(t *testing.T, test func(t *testing.T)) {
+	for _, shader := range []string{"linearq_dot", "linearq_sg", "linearq", "linearq_tiled", "linearq_tiled_f16"} {
 		t.Run(shader, func(t *testing.T) {
 			info := device(t).Info
-			if shader != "linearq" && !info.SubgroupArith || shader == "linearq_dot" && !info.DotI8 {
+			if (shader == "linearq_sg" || shader == "linearq_dot") && !info.SubgroupArith ||
+				shader == "linearq_dot" && !info.DotI8 || shader == "linearq_tiled_f16" && !info.FP16 {
 				t.Skip("the device cannot run " + shader)
 			}
 			lqTestShader = shader
@@ -147,7 +150,7 @@ func testLinearQ(t *testing.T) {
 				bias := randoms(rng, int(n), 1)
 				bb := upload(t, d, append(make([]float32, 2), bias...))
 				bt := lqAt(bb, 2, n)
-				for _, m := range []int64{1, 3, 17} {
+				for _, m := range []int64{1, 3, 17, 70} {
 					if k > 1100 && m != 3 {
 						continue // large K: one shape suffices (the loop over units)
 					}
@@ -180,7 +183,7 @@ func testLinearQ(t *testing.T) {
 						if got[0] != sentinel || got[len(got)-1] != sentinel {
 							t.Fatalf("%s K=%d N=%d M=%d: y's neighbours changed: %v, %v", c.enc, k, n, m, got[0], got[len(got)-1])
 						}
-						lqCheckLinear(t, c.enc.String(), x, deq, bias, withBias, ds.shader == "linearq_dot", got[1:1+m*n], m, n, k)
+						lqCheckLinear(t, c.enc.String(), x, deq, bias, withBias, ds.shader, got[1:1+m*n], m, n, k)
 					}
 				}
 			}
@@ -189,13 +192,20 @@ func testLinearQ(t *testing.T) {
 	t.Logf("%d products", runs)
 }
 
-// lqCheckLinear compares y [m, n] with float64 x·wᵀ (+ bias) within 1e-5·(Σ|x·w| + |b|).
-// Where the shader rounds x to int8 (xq), x is first rounded as the shader and the CPU's
-// Q8_0 kernel do: per block of 32, scale amax/127, float32 x·(127/amax) to the nearest even.
-func lqCheckLinear(t *testing.T, what string, x, w, bias []float32, withBias, xq bool, y []float32, m, n, k int64) {
+// lqCheckLinear compares y [m, n] from shader with float64 x·wᵀ (+ bias) within
+// 1e-5·(Σ|x·w| + |b|). Where the shader rounds x to int8 (linearq_dot), x is first rounded
+// as the shader and the CPU's Q8_0 kernel do: per block of 32, scale amax/127, float32
+// x·(127/amax) to the nearest even. Where it stages binary16 tiles (linearq_tiled_f16), x and
+// the dequantised w are first rounded to binary16 (to the nearest even): their products are
+// then exact in fp32, so only the sums' rounding remains.
+func lqCheckLinear(t *testing.T, what string, x, w, bias []float32, withBias bool, shader string, y []float32, m, n, k int64) {
 	t.Helper()
-	if xq {
+	switch shader {
+	case "linearq_dot":
 		x = q8test.RoundX(x)
+	case "linearq_tiled_f16":
+		_, x = lqEncode(t, x, EncF16)
+		_, w = lqEncode(t, w, EncF16)
 	}
 	for i := range m {
 		for j := range n {
@@ -218,9 +228,10 @@ func lqCheckLinear(t *testing.T, what string, x, w, bias []float32, withBias, xq
 }
 
 // With the dispatch capped at 2 groups an axis, the shader's loops over W's row pairs and
-// x's passes of 8 rows cover what the groups do not (150 rows: 19 passes in 2 groups).
+// x's passes of 8 rows (or the tiled shaders' tiles of 64) cover what the groups do not (150
+// rows: 19 passes, 3 tiles, in 2 groups; 150 columns: 75 pairs, 3 tiles).
 func TestLinearQGroupLoops(t *testing.T) {
-	lqBothSums(t, testLinearQGroupLoops)
+	lqEachShader(t, testLinearQGroupLoops)
 }
 
 func testLinearQGroupLoops(t *testing.T) {
@@ -229,7 +240,7 @@ func testLinearQGroupLoops(t *testing.T) {
 	lqMaxGroups = 2
 	defer func() { lqMaxGroups = old }()
 	rng := rand.New(rand.NewPCG(33, 34))
-	const m, n, k = 150, 11, 96
+	const m, n, k = 150, 150, 96
 	for _, enc := range []Encoding{EncQ8_0, EncF16} {
 		wf := randoms(rng, n*k, 0.5)
 		raw, deq := lqEncode(t, wf, enc)
@@ -247,7 +258,7 @@ func testLinearQGroupLoops(t *testing.T) {
 		if err := d.Run(ds); err != nil {
 			t.Fatal(err)
 		}
-		lqCheckLinear(t, enc.String()+" in 2×2 groups", x, deq, nil, false, ds.shader == "linearq_dot", yb.Float32s(), m, n, k)
+		lqCheckLinear(t, enc.String()+" in 2×2 groups", x, deq, nil, false, ds.shader, yb.Float32s(), m, n, k)
 	}
 }
 
@@ -375,8 +386,9 @@ func TestGatherRefuses(t *testing.T) {
 	}
 }
 
-// Decode-shaped products (x rows 1 and 16, W 4096×4096 in device memory) per encoding; the
-// bytes are W's, so MB/s is the weight bandwidth a token step gets.
+// Decode-shaped products (x rows 1 and 16, W 4096×4096 in device memory) per encoding with
+// the shader Linear picks, and a prefill-shaped one (64 rows) with each shader that can take
+// it; the bytes are W's, so MB/s is the weight bandwidth a token step gets.
 func BenchmarkLinearQ(b *testing.B) {
 	devs, err := Devices()
 	if err != nil || len(devs) == 0 {
@@ -417,8 +429,21 @@ func BenchmarkLinearQ(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, m := range []int64{1, 16} {
-			b.Run(enc.String()+"/M="+strconv.Itoa(int(m)), func(b *testing.B) {
+		for _, run := range []struct {
+			m      int64
+			shader string
+		}{{1, ""}, {16, ""}, {64, "linearq_sg"}, {64, "linearq_tiled"}, {64, "linearq_tiled_f16"}} {
+			m := run.m
+			name := enc.String() + "/M=" + strconv.Itoa(int(m))
+			if run.shader != "" {
+				name += "/" + run.shader
+			}
+			b.Run(name, func(b *testing.B) {
+				if run.shader == "linearq_tiled_f16" && !d.Info.FP16 {
+					b.Skip("no shaderFloat16")
+				}
+				lqTestShader = run.shader
+				defer func() { lqTestShader = "" }()
 				xb, err := d.Alloc(int(m*k), false)
 				if err != nil {
 					b.Fatal(err)
@@ -444,6 +469,7 @@ func BenchmarkLinearQ(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				b.ReportMetric(float64(2*m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
 		}
 		wb.Free()
@@ -516,6 +542,10 @@ func TestGatherRowsParts(t *testing.T) {
 // parts computes one part's outputs: two parts of W fill y's columns [0, 5) and [5, 12) of
 // rows 16 wide, the columns past 12 and the values around y untouched.
 func TestLinearQColumnSlices(t *testing.T) {
+	lqEachShader(t, testLinearQColumnSlices)
+}
+
+func testLinearQColumnSlices(t *testing.T) {
 	d := device(t)
 	rng := rand.New(rand.NewPCG(39, 40))
 	const m, n, k, ld = 3, 12, 64, 16
@@ -559,7 +589,7 @@ func TestLinearQColumnSlices(t *testing.T) {
 		if got[0] != sentinel || got[1] != sentinel {
 			t.Fatalf("%s: the values before y changed", enc)
 		}
-		lqCheckLinear(t, enc.String(), x, deq, bias, true, lqShader(d, enc, m) == "linearq_dot", y, m, n, k)
+		lqCheckLinear(t, enc.String(), x, deq, bias, true, lqShader(d, enc, m), y, m, n, k)
 	}
 	// Rows that overlap (a stride shorter than the row) are refused.
 	xb := upload(t, d, make([]float32, 2*64))
@@ -595,5 +625,60 @@ func TestInt8DotPolicy(t *testing.T) {
 	t.Setenv("VOXPIPE_VULKAN_INT8_DOT", "yes")
 	if _, err := int8DotPolicy(gpu); err == nil || !strings.Contains(err.Error(), "0 (never), 1") {
 		t.Errorf("a bad value: %v", err)
+	}
+}
+
+// Binary16 tiles are on by default on GPUs with shaderFloat16, off on software devices;
+// VOXPIPE_VULKAN_F16 overrides that, and any other value is an error naming the choices.
+func TestHalfTilesPolicy(t *testing.T) {
+	gpu := DeviceInfo{Type: Integrated, FP16: true}
+	cpu := DeviceInfo{Type: CPU, FP16: true}
+	old := DeviceInfo{Type: Discrete}
+	for _, c := range []struct {
+		env  string
+		info DeviceInfo
+		want bool
+	}{{"", gpu, true}, {"", cpu, false}, {"", old, false}, {"0", gpu, false}, {"1", cpu, true}, {"1", old, false}} {
+		t.Setenv("VOXPIPE_VULKAN_F16", c.env)
+		if got, err := halfTilesPolicy(c.info); err != nil || got != c.want {
+			t.Errorf("env %q on %+v: %v, %v (want %v)", c.env, c.info, got, err, c.want)
+		}
+	}
+	t.Setenv("VOXPIPE_VULKAN_F16", "on")
+	if _, err := halfTilesPolicy(gpu); err == nil || !strings.Contains(err.Error(), "0 (never), 1") {
+		t.Errorf("a bad value: %v", err)
+	}
+}
+
+// Tiles start at 24 x rows unless VOXPIPE_VULKAN_TILE_ROWS says otherwise (0: never); a
+// value that is no count is an error naming the choices.
+func TestTileRowsPolicy(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want int64
+	}{{"", 24}, {"0", 0}, {"64", 64}} {
+		t.Setenv("VOXPIPE_VULKAN_TILE_ROWS", c.env)
+		if got, err := tileRowsPolicy(); err != nil || got != c.want {
+			t.Errorf("env %q: %v, %v (want %v)", c.env, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"-1", "many", "1e9999"} {
+		t.Setenv("VOXPIPE_VULKAN_TILE_ROWS", bad)
+		if _, err := tileRowsPolicy(); err == nil || !strings.Contains(err.Error(), "0: never") {
+			t.Errorf("env %q: %v", bad, err)
+		}
+	}
+	t.Setenv("VOXPIPE_VULKAN_TILE_ROWS", "")
+	d := device(t)
+	for _, c := range []struct {
+		rows, m int64
+		want    bool
+	}{{24, 23, false}, {24, 24, true}, {0, 1000, false}, {2, 2, true}} {
+		old := d.tileRow
+		d.tileRow = c.rows
+		if got := lqTiled(lqShader(d, EncF16, c.m)); got != c.want {
+			t.Errorf("tiles from %d rows, %d rows: tiled %v", c.rows, c.m, got)
+		}
+		d.tileRow = old
 	}
 }

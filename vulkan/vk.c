@@ -205,7 +205,7 @@ int vxk_info(int i, vxk_devinfo *out) {
 	VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f16};
 	if (vkGetPhysicalDeviceFeatures2)
 		vkGetPhysicalDeviceFeatures2(physical[i], &f2);
-	out->fp16 = f16.shaderFloat16;
+	out->fp16 = out->api >= VK_API_VERSION_1_2 && f16.shaderFloat16; /* core (and enabled by vxk_open) from 1.2 */
 	out->int8 = f16.shaderInt8;
 	out->int8_dot = dot.shaderIntegerDotProduct;
 	VkPhysicalDeviceMemoryProperties mp;
@@ -283,12 +283,23 @@ vxk_dev *vxk_open(int i, char *err) {
 	                               .queueCount = 1,
 	                               .pQueuePriorities = &prio};
 	VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .queueCreateInfoCount = 1, .pQueueCreateInfos = &qci};
-	/* Integer dot products (core in 1.3) where the device has them: linearq_dot's int8 sums. */
+	/* Integer dot products (core in 1.3) where the device has them: linearq_dot's int8 sums;
+	 * shaderFloat16 (core in 1.2): linearq_tiled_f16's binary16 tiles. */
 	vxk_devinfo info;
 	VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {
 	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES, .shaderIntegerDotProduct = VK_TRUE};
-	if (vxk_info(i, &info) == 0 && info.api >= VK_API_VERSION_1_3 && info.int8_dot)
-		dci.pNext = &dot;
+	VkPhysicalDeviceShaderFloat16Int8Features f16 = {
+	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .shaderFloat16 = VK_TRUE};
+	if (vxk_info(i, &info) == 0) {
+		if (info.api >= VK_API_VERSION_1_3 && info.int8_dot) {
+			dot.pNext = (void *)dci.pNext;
+			dci.pNext = &dot;
+		}
+		if (info.api >= VK_API_VERSION_1_2 && info.fp16) {
+			f16.pNext = (void *)dci.pNext;
+			dci.pNext = &f16;
+		}
+	}
 	VkResult r = vkCreateDevice(d->phys, &dci, NULL, &d->dev);
 	if (r != VK_SUCCESS) {
 		fail(err, "vkCreateDevice: %s (%d)", vkres(r), r);

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -118,7 +119,9 @@ type Device struct {
 
 	mu      sync.Mutex
 	pipes   map[string]*pipeline
-	int8Dot bool // Q8_0 products of a few rows in integer dot products (int8DotPolicy)
+	int8Dot bool  // Q8_0 products of a few rows in integer dot products (int8DotPolicy)
+	half    bool  // Linear's tiles of many rows in binary16 (halfTilesPolicy)
+	tileRow int64 // the fewest x rows that take Linear's tiles, 0 never (tileRowsPolicy)
 
 	deviceBytes, hostBytes atomic.Int64 // live allocations (MemoryInUse)
 	peakBytes              atomic.Int64 // most of both at once
@@ -164,7 +167,12 @@ func Open(index int) (*Device, error) {
 		return nil, fmt.Errorf("vulkan: %s: %w", devs[index].Name, cerr(e))
 	}
 	dev := &Device{Info: devs[index], d: d, pipes: map[string]*pipeline{}}
-	if dev.int8Dot, err = int8DotPolicy(dev.Info); err != nil {
+	if dev.int8Dot, err = int8DotPolicy(dev.Info); err == nil {
+		if dev.half, err = halfTilesPolicy(dev.Info); err == nil {
+			dev.tileRow, err = tileRowsPolicy()
+		}
+	}
+	if err != nil {
 		dev.Close()
 		return nil, err
 	}
@@ -188,6 +196,44 @@ func int8DotPolicy(info DeviceInfo) (bool, error) {
 		return false, fmt.Errorf("vulkan: VOXPIPE_VULKAN_INT8_DOT=%q: 0 (never), 1 (where the device has integer dot products) or unset (on GPUs that have them)", v)
 	}
 }
+
+// halfTilesPolicy decides whether Linear's products of many rows stage their tiles in
+// binary16 (products and sums stay fp32) on a device with shaderFloat16: on GPUs,
+// where it halves the shared memory a tile takes; not on a software device, where binary16
+// is converted in software. VOXPIPE_VULKAN_F16=0 or 1 overrides it, to compare the two.
+func halfTilesPolicy(info DeviceInfo) (bool, error) {
+	has := info.FP16
+	switch v := os.Getenv("VOXPIPE_VULKAN_F16"); v {
+	case "":
+		return has && info.Type != CPU, nil
+	case "0":
+		return false, nil
+	case "1":
+		return has, nil
+	default:
+		return false, fmt.Errorf("vulkan: VOXPIPE_VULKAN_F16=%q: 0 (never), 1 (where the device has shaderFloat16) or unset (on GPUs that have it)", v)
+	}
+}
+
+// tileRowsPolicy is the fewest x rows for which Linear computes tiles of the output
+// (lqTiledRows; see lqShader), VOXPIPE_VULKAN_TILE_ROWS when set (0: never), to find where
+// tiles start to pay on a GPU: a product of few rows makes few tiles, and a large GPU may
+// then do better with a workgroup per pair of W rows.
+func tileRowsPolicy() (int64, error) {
+	v := os.Getenv("VOXPIPE_VULKAN_TILE_ROWS")
+	if v == "" {
+		return lqTiledRows, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("vulkan: VOXPIPE_VULKAN_TILE_ROWS=%q: the fewest x rows that take Linear's tiled shader (0: never; unset: %d)", v, lqTiledRows)
+	}
+	return n, nil
+}
+
+// HalfTiles reports whether the device's Linear products of many rows round their operands
+// to binary16 (see halfTilesPolicy).
+func (d *Device) HalfTiles() bool { return d.half }
 
 // Int8Dot reports whether the device's Q8_0 products of up to 8 rows round x to int8 and
 // sum in integer dot products (see int8DotPolicy).
