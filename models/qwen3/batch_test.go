@@ -10,6 +10,7 @@ import (
 
 	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
+	"github.com/voxpipe/voxpipe/internal/vulkantest"
 )
 
 // TestStepBatchMatchesSteps runs sessions at different positions through StepBatch — one
@@ -18,14 +19,31 @@ import (
 // CPU default) and F32 caches, and with the restricted output head MioTTS uses. The stated tolerance is the kernels' rounding
 // (a product of several rows may sum in another order than one row's).
 func TestStepBatchMatchesSteps(t *testing.T) {
-	gd, f, cfg := openGoldenSource(t)
-	prompt := gd.i32(t, "prompt.ids")
-	greedy := gd.i32(t, "lm.greedy.ids")
 	be, err := engine.NewCPU(runtime.NumCPU())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer be.Close()
+	testStepBatchMatchesSteps(t, be, nil)
+}
+
+// On Vulkan (lavapipe in CI) the batched steps match single steps too, with the weights
+// in F32 and in Q8_0 (its Linear shaders for a few rows) and the restricted head.
+func TestStepBatchMatchesStepsVulkan(t *testing.T) {
+	vulkantest.Require(t)
+	be, err := engine.NewVulkan(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	testStepBatchMatchesSteps(t, be, []string{"f32-restricted", "q8_0"})
+}
+
+// testStepBatchMatchesSteps runs the cases named in only (nil: all) on be.
+func testStepBatchMatchesSteps(t *testing.T, be engine.Backend, only []string) {
+	gd, f, cfg := openGoldenSource(t)
+	prompt := gd.i32(t, "prompt.ids")
+	greedy := gd.i32(t, "lm.greedy.ids")
 	rows := make([]int32, 0, 12801)
 	for i := range int32(12800) {
 		rows = append(rows, 759+i)
@@ -50,6 +68,9 @@ func TestStepBatchMatchesSteps(t *testing.T) {
 		{"f16", func() (*Model, error) { return FromSource(cfg, quantSource{f, gguf.F16}, be) }, rows, 1e-4},
 		{"q8_0", func() (*Model, error) { return FromSource(cfg, quantSource{f, gguf.Q8_0}, be) }, rows, 1e-4},
 	} {
+		if only != nil && !slices.Contains(only, c.name) {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			m, err := c.src()
 			if err != nil {
