@@ -461,3 +461,46 @@ func TestVulkanRunErrorNamesProgram(t *testing.T) {
 		t.Fatalf("the next run: %v", err)
 	}
 }
+
+// Closing the backend before what was made on it (a model closed after its backend, as a
+// test's cleanups may order them) frees all of it: closing a program or freeing a buffer
+// afterwards does nothing, running or reading one is an error, and nothing new is made.
+func TestVulkanClosedBeforeItsPrograms(t *testing.T) {
+	vulkantest.Require(t)
+	v, err := NewVulkan(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Upload(v, "w", []float32{1, -2, 3, -4}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := NewGraph("close.probe")
+	g.Output("y", g.Add(g.Input("x", F32, 4), g.Persistent(w)))
+	p, err := v.Compile(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if dev, _ := v.dev.MemoryInUse(); dev == 0 {
+		t.Fatal("no device memory in use before the close")
+	}
+	v.Close()
+	if dev, host := v.dev.MemoryInUse(); dev != 0 || host != 0 {
+		t.Errorf("after the close: %d bytes of device memory and %d of host memory still counted", dev, host)
+	}
+	if err := p.Run(); err == nil {
+		t.Error("a run after the close: no error")
+	}
+	p.Close()
+	w.Free()
+	if _, err := v.Alloc("late", F32, 4); !errors.Is(err, vulkan.ErrClosed) {
+		t.Errorf("an allocation after the close: %v", err)
+	}
+	if _, err := v.Compile(g); err == nil {
+		t.Error("a compile after the close: no error")
+	}
+	v.Close() // twice: nothing
+}

@@ -346,6 +346,9 @@ func (d *Device) Timestamps() bool { return C.vxk_timestamps(d.d) != 0 }
 func (d *Device) newProgram(ds []Dispatch, timed bool) (*Program, error) {
 	e := errBuf()
 	defer C.free(unsafe.Pointer(e))
+	if d.isClosed() {
+		return nil, ErrClosed
+	}
 	ct := C.int(0)
 	if timed && d.Timestamps() {
 		ct = 1
@@ -355,6 +358,10 @@ func (d *Device) newProgram(ds []Dispatch, timed bool) (*Program, error) {
 		return nil, d.errorf("program", e)
 	}
 	prog := &Program{dev: d, p: p, n: len(ds), timed: ct != 0, err: errBuf()}
+	if !d.track(nil, prog) { // closed meanwhile
+		prog.free()
+		return nil, ErrClosed
+	}
 	table := (*[16]*C.vxk_buf)(C.calloc(16, C.size_t(unsafe.Sizeof(uintptr(0)))))
 	defer C.free(unsafe.Pointer(table))
 	push := (*[32]uint32)(C.calloc(32, 4))
@@ -406,6 +413,13 @@ func (p *Program) Run() error {
 
 // Close frees the program (not its buffers).
 func (p *Program) Close() {
+	if p.dev.untrack(nil, p) {
+		p.free()
+	}
+}
+
+// free releases the program; its caller has taken it off the device's live list.
+func (p *Program) free() {
 	if p.p != nil {
 		C.vxk_prog_free(p.p)
 		C.free(unsafe.Pointer(p.err))

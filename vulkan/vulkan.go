@@ -125,6 +125,58 @@ type Device struct {
 
 	deviceBytes, hostBytes atomic.Int64 // live allocations (MemoryInUse)
 	peakBytes              atomic.Int64 // most of both at once
+
+	// The live buffers and programs: Close frees what is left of them, so that freeing one
+	// after the device is closed (a model closed after its backend) is harmless.
+	liveMu sync.Mutex
+	closed bool
+	bufs   map[*Buffer]struct{}
+	progs  map[*Program]struct{}
+}
+
+// untrack takes a buffer or program off the live list: false when it was not on it (freed
+// already, or by the device's Close).
+func (d *Device) untrack(b *Buffer, p *Program) bool {
+	d.liveMu.Lock()
+	defer d.liveMu.Unlock()
+	if b != nil {
+		if _, ok := d.bufs[b]; !ok {
+			return false
+		}
+		delete(d.bufs, b)
+	}
+	if p != nil {
+		if _, ok := d.progs[p]; !ok {
+			return false
+		}
+		delete(d.progs, p)
+	}
+	return true
+}
+
+func (d *Device) isClosed() bool {
+	d.liveMu.Lock()
+	defer d.liveMu.Unlock()
+	return d.closed
+}
+
+// ErrClosed is the error of work asked of a closed device.
+var ErrClosed = errors.New("vulkan: the device is closed")
+
+// track notes a new buffer or program; false (and nothing noted) once the device is closed.
+func (d *Device) track(b *Buffer, p *Program) bool {
+	d.liveMu.Lock()
+	defer d.liveMu.Unlock()
+	if d.closed {
+		return false
+	}
+	if b != nil {
+		d.bufs[b] = struct{}{}
+	}
+	if p != nil {
+		d.progs[p] = struct{}{}
+	}
+	return true
 }
 
 // MemoryInUse is the memory of the device's live buffers: device-local and host-visible.
@@ -166,7 +218,7 @@ func Open(index int) (*Device, error) {
 	if d == nil {
 		return nil, fmt.Errorf("vulkan: %s: %w", devs[index].Name, cerr(e))
 	}
-	dev := &Device{Info: devs[index], d: d, pipes: map[string]*pipeline{}}
+	dev := &Device{Info: devs[index], d: d, pipes: map[string]*pipeline{}, bufs: map[*Buffer]struct{}{}, progs: map[*Program]struct{}{}}
 	if dev.int8Dot, err = int8DotPolicy(dev.Info); err == nil {
 		if dev.half, err = halfTilesPolicy(dev.Info); err == nil {
 			dev.tileRow, err = tileRowsPolicy()
@@ -239,8 +291,25 @@ func (d *Device) HalfTiles() bool { return d.half }
 // sum in integer dot products (see int8DotPolicy).
 func (d *Device) Int8Dot() bool { return d.int8Dot }
 
-// Close waits for the device and frees its pipelines; its buffers must be freed before.
+// Close waits for the device and frees its programs, buffers and pipelines; closing or
+// freeing one of them afterwards does nothing, and new ones are refused (ErrClosed). Nothing
+// else may use the device while it closes.
 func (d *Device) Close() {
+	d.liveMu.Lock()
+	if d.closed {
+		d.liveMu.Unlock()
+		return
+	}
+	d.closed = true
+	progs, bufs := d.progs, d.bufs
+	d.progs, d.bufs = nil, nil
+	d.liveMu.Unlock()
+	for p := range progs {
+		p.free()
+	}
+	for b := range bufs {
+		b.free()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.d == nil {
@@ -297,12 +366,21 @@ func (d *Device) Alloc(n int, host bool) (*Buffer, error) {
 	if host {
 		h = 1
 	}
+	if d.isClosed() {
+		C.free(unsafe.Pointer(b))
+		return nil, ErrClosed
+	}
 	if C.vxk_alloc(d.d, C.uint64_t(4*n), h, b, e) != 0 {
 		C.free(unsafe.Pointer(b))
 		return nil, d.errorf(fmt.Sprintf("alloc of %d bytes", 4*n), e)
 	}
 	d.count(int64(b.size), host)
-	return &Buffer{dev: d, b: b, host: host}, nil
+	buf := &Buffer{dev: d, b: b, host: host}
+	if !d.track(buf, nil) { // closed meanwhile
+		buf.free()
+		return nil, ErrClosed
+	}
+	return buf, nil
 }
 
 // Len is the buffer's length in float32 values.
@@ -324,6 +402,9 @@ func (b *Buffer) CopyRange(from int, dst *Buffer, to, n int) error {
 	if from < 0 || to < 0 || n < 0 {
 		return fmt.Errorf("vulkan: copy of %d values from %d to %d", n, from, to)
 	}
+	if b.b == nil || dst.b == nil {
+		return errors.New("vulkan: copy from or to a freed buffer")
+	}
 	e := errBuf()
 	defer C.free(unsafe.Pointer(e))
 	if C.vxk_copy(b.dev.d, b.b, C.uint64_t(4*from), dst.b, C.uint64_t(4*to), C.uint64_t(4*n), e) != 0 {
@@ -334,6 +415,13 @@ func (b *Buffer) CopyRange(from int, dst *Buffer, to, n int) error {
 
 // Free releases the buffer.
 func (b *Buffer) Free() {
+	if b.dev.untrack(b, nil) {
+		b.free()
+	}
+}
+
+// free releases the buffer's memory; its caller has taken it off the device's live list.
+func (b *Buffer) free() {
 	if b.b != nil {
 		b.dev.count(-int64(b.b.size), b.host)
 		C.vxk_free(b.dev.d, b.b)
