@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/voxpipe/voxpipe/engine"
+	"github.com/voxpipe/voxpipe/internal/vulkantest"
 )
 
 // TestDenoiseBatchMatchesAlone: DiT steps of several states run as one batch give each state
@@ -103,95 +106,111 @@ func TestDenoiseBatchMatchesAlone(t *testing.T) {
 func TestStreamsBatchMatchAlone(t *testing.T) {
 	for _, folder := range []string{Family, "meanvc2_40ms"} {
 		t.Run(folder, func(t *testing.T) {
-			m, target, src := goldenVariant(t, folder)
-			spk := slices.Clone(target.Spk)
-			for i := range spk {
-				spk[i] *= -0.5
-			}
-			other, err := m.Timbre(spk)
-			if err != nil {
-				t.Fatal(err)
-			}
-			const n, piece = 4, 320
-			input := func(s int) []float32 { return src[s*400:] }
-			voice := func(s int) Timbre { return [...]Timbre{target, other}[s%2] }
-			want := make([][]float32, n)
-			ss := make([]*Stream, n)
-			for s := range ss {
-				ss[s] = newStream(t, m, voice(s))
-				ss[s].Seed(uint64(s + 1))
-				want[s] = byPieces(t, ss[s], input(s), piece)
-			}
-			before := m.BatchStats()
-			over0 := make([]time.Duration, n)
-			for s := range n {
-				over0[s] = ss[s].Overcharge()
-			}
-			wall := make([]time.Duration, n)
-			// Round r: every stream that has started writes its next piece, all at once; the
-			// model is held for a moment while they start, so their jobs queue together.
-			got := make([][]float32, n)
-			errs := make([]error, n)
-			const late = 5 // stream 0 joins at round 5
-			var wg sync.WaitGroup
-			for r := 0; ; r++ {
-				active := false
-				m.exec.Lock()
-				for s := range n {
-					k := r
-					if s == 0 {
-						k = r - late
-					}
-					in := input(s)
-					pieces := (len(in) + piece - 1) / piece
-					if k < 0 || k >= pieces || errs[s] != nil {
-						continue
-					}
-					active = true
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						t0 := time.Now()
-						defer func() { wall[s] += time.Since(t0) }()
-						got[s], errs[s] = ss[s].Write(got[s], in[k*piece:min((k+1)*piece, len(in))])
-						if k == pieces-1 && errs[s] == nil {
-							got[s], errs[s] = ss[s].Flush(got[s])
-						}
-					}()
-				}
-				time.Sleep(time.Millisecond)
-				m.exec.Unlock()
-				wg.Wait()
-				if !active {
-					break
-				}
-			}
-			for s := range n {
-				if errs[s] != nil {
-					t.Fatal(errs[s])
-				}
-				sameSamples(t, "batched stream", got[s], want[s])
-			}
-			st := m.BatchStats()
-			asr, steps := st.ASRWindows-before.ASRWindows, st.Steps-before.Steps
-			asrB, stepB := st.ASRBatches-before.ASRBatches, st.StepBatches-before.StepBatches
-			t.Logf("%d ASR windows in %d batches, %d steps in %d batches", asr, asrB, steps, stepB)
-			if asr <= asrB || steps <= stepB {
-				t.Errorf("no batching: %d ASR windows in %d batches, %d steps in %d batches", asr, asrB, steps, stepB)
-			}
-			// What the streams' calls cost (wall less overcharge) holds every batch's run on
-			// the cores it used, plus at most their host work: not the time they waited.
-			var own, total time.Duration
-			for s := range n {
-				own += wall[s] - (ss[s].Overcharge() - over0[s])
-				total += wall[s]
-			}
-			busy, holds := st.Busy-before.Busy, time.Duration(m.holds)
-			t.Logf("calls %v, their own cost %v, batches ran %v on %d cores", total, own, busy, holds)
-			if slack := time.Millisecond; own < holds*busy-slack || own > holds*busy+total-busy+slack {
-				t.Errorf("the calls' own cost %v is outside [%v, %v]: batches ran %v on %d cores, the calls took %v", own, holds*busy, holds*busy+total-busy, busy, holds, total)
-			}
+			testStreamsBatchMatchAlone(t, folder, cpu(t))
 		})
+	}
+}
+
+// The same on Vulkan (lavapipe in CI), for the 120 ms model: batching works on both
+// backends, and a batched stream's audio is bit for bit its own there too.
+func TestStreamsBatchMatchAloneVulkan(t *testing.T) {
+	vulkantest.Require(t)
+	be, err := engine.NewVulkan(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(be.Close) // after the model's own cleanup
+	testStreamsBatchMatchAlone(t, Family, be)
+}
+
+func testStreamsBatchMatchAlone(t *testing.T, folder string, be engine.Backend) {
+	m, target, src := goldenVariantOn(t, folder, be)
+	spk := slices.Clone(target.Spk)
+	for i := range spk {
+		spk[i] *= -0.5
+	}
+	other, err := m.Timbre(spk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, piece = 4, 320
+	input := func(s int) []float32 { return src[s*400:] }
+	voice := func(s int) Timbre { return [...]Timbre{target, other}[s%2] }
+	want := make([][]float32, n)
+	ss := make([]*Stream, n)
+	for s := range ss {
+		ss[s] = newStream(t, m, voice(s))
+		ss[s].Seed(uint64(s + 1))
+		want[s] = byPieces(t, ss[s], input(s), piece)
+	}
+	before := m.BatchStats()
+	over0 := make([]time.Duration, n)
+	for s := range n {
+		over0[s] = ss[s].Overcharge()
+	}
+	wall := make([]time.Duration, n)
+	// Round r: every stream that has started writes its next piece, all at once; the
+	// model is held for a moment while they start, so their jobs queue together.
+	got := make([][]float32, n)
+	errs := make([]error, n)
+	const late = 5 // stream 0 joins at round 5
+	var wg sync.WaitGroup
+	for r := 0; ; r++ {
+		active := false
+		m.exec.Lock()
+		for s := range n {
+			k := r
+			if s == 0 {
+				k = r - late
+			}
+			in := input(s)
+			pieces := (len(in) + piece - 1) / piece
+			if k < 0 || k >= pieces || errs[s] != nil {
+				continue
+			}
+			active = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t0 := time.Now()
+				defer func() { wall[s] += time.Since(t0) }()
+				got[s], errs[s] = ss[s].Write(got[s], in[k*piece:min((k+1)*piece, len(in))])
+				if k == pieces-1 && errs[s] == nil {
+					got[s], errs[s] = ss[s].Flush(got[s])
+				}
+			}()
+		}
+		time.Sleep(time.Millisecond)
+		m.exec.Unlock()
+		wg.Wait()
+		if !active {
+			break
+		}
+	}
+	for s := range n {
+		if errs[s] != nil {
+			t.Fatal(errs[s])
+		}
+		sameSamples(t, "batched stream", got[s], want[s])
+	}
+	st := m.BatchStats()
+	asr, steps := st.ASRWindows-before.ASRWindows, st.Steps-before.Steps
+	asrB, stepB := st.ASRBatches-before.ASRBatches, st.StepBatches-before.StepBatches
+	t.Logf("%d ASR windows in %d batches, %d steps in %d batches", asr, asrB, steps, stepB)
+	if asr <= asrB || steps <= stepB {
+		t.Errorf("no batching: %d ASR windows in %d batches, %d steps in %d batches", asr, asrB, steps, stepB)
+	}
+	// What the streams' calls cost (wall less overcharge) holds every batch's run on
+	// the cores it used, plus at most their host work: not the time they waited.
+	var own, total time.Duration
+	for s := range n {
+		own += wall[s] - (ss[s].Overcharge() - over0[s])
+		total += wall[s]
+	}
+	busy, holds := st.Busy-before.Busy, time.Duration(m.holds)
+	t.Logf("calls %v, their own cost %v, batches ran %v on %d cores", total, own, busy, holds)
+	if slack := time.Millisecond; own < holds*busy-slack || own > holds*busy+total-busy+slack {
+		t.Errorf("the calls' own cost %v is outside [%v, %v]: batches ran %v on %d cores, the calls took %v", own, holds*busy, holds*busy+total-busy, busy, holds, total)
 	}
 }
 

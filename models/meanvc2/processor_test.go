@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/voxpipe/voxpipe/engine"
 	"github.com/voxpipe/voxpipe/engine/gguf"
 	"github.com/voxpipe/voxpipe/internal/parity"
 	"github.com/voxpipe/voxpipe/internal/parity/paritytest"
@@ -24,8 +25,14 @@ func golden(t *testing.T) (*Model, Timbre, []float32) {
 // goldenVariant is golden for one golden folder: meanvc2 (the 120 ms model) or meanvc2_40ms.
 func goldenVariant(t *testing.T, folder string) (*Model, Timbre, []float32) {
 	t.Helper()
+	return goldenVariantOn(t, folder, cpu(t))
+}
+
+// goldenVariantOn is goldenVariant with the model on be.
+func goldenVariantOn(t *testing.T, folder string, be engine.Backend) (*Model, Timbre, []float32) {
+	t.Helper()
 	r := paritytest.Open(t, folder)
-	m, err := Load(r.ModelPath(), cpu(t))
+	m, err := Load(r.ModelPath(), be)
 	if err != nil {
 		t.Fatal(err)
 	}
