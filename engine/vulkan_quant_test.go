@@ -81,6 +81,7 @@ func TestVulkanLinearQGather(t *testing.T) {
 		t.Run("int8_dot="+dot, func(t *testing.T) {
 			t.Setenv("VOXPIPE_VULKAN_INT8_DOT", dot)
 			t.Setenv("VOXPIPE_VULKAN_F16", "0")
+			t.Setenv("VOXPIPE_VULKAN_TILE_ROWS", "24") // tiles from 24 rows, as on a GPU
 			testVulkanLinearQGather(t)
 		})
 	}

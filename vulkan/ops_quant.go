@@ -171,13 +171,16 @@ func lqOverlap(op string, y Tensor, roles []string, ins []Tensor) error {
 }
 
 // Linear's shaders: linearq sums by a shared-memory tree; linearq_sg by subgroup additions,
-// where the device has subgroup arithmetic; linearq_dot also multiplies a Q8_0 weight by x
-// rounded to int8 in integer dot products, for up to lqDotRows x rows (as the CPU's Q8_0
-// kernel does for decode-sized batches: larger ones keep x in fp32), where the device takes
-// it (Device.Int8Dot). From lqTiledRows x rows on (VOXPIPE_VULKAN_TILE_ROWS overrides it),
-// linearq_tiled computes 64×64 tiles of y (linearq_tiled_f16 with binary16 tiles where the
-// device takes them: Device.HalfTiles): on lavapipe (4096×4096) the tiles cost the same
-// from 16 rows to 64, linearq_sg 0.03 s more a row from 0.14 s; they cross near 19 rows.
+// where the device has subgroup arithmetic; linearq_sg8 in workgroups of one subgroup of 8,
+// without barriers, on software devices (their subgroups are at least 8 wide: a workgroup
+// is then one subgroup; lavapipe, 4096×4096, one row: 0.31 s → 0.045 s); linearq_dot also
+// multiplies a Q8_0 weight by x rounded to int8 in integer dot products, for up to lqDotRows
+// x rows (as the CPU's Q8_0 kernel does for decode-sized batches: larger ones keep x in
+// fp32), where the device takes it (Device.Int8Dot). From lqTiledRows x rows on, on GPUs
+// (Device.tileRow: tileRowsPolicy), linearq_tiled computes 64×64 tiles of y
+// (linearq_tiled_f16 with binary16 tiles where the device takes them: Device.HalfTiles): on
+// lavapipe the tiles cost the same from 16 rows to 64, linearq_sg 0.03 s more a row from
+// 0.14 s; they cross near 19 rows.
 const (
 	lqDotRows   = 8
 	lqTiledRows = 24
@@ -202,10 +205,18 @@ func lqShader(dev *Device, enc Encoding, m int64) string {
 		return "linearq_tiled"
 	case dot && dev.int8Dot:
 		return "linearq_dot"
+	case lqOneSubgroup(dev.Info):
+		return "linearq_sg8"
 	case dev.Info.SubgroupArith:
 		return "linearq_sg"
 	}
 	return "linearq"
+}
+
+// lqOneSubgroup reports whether Linear runs linearq_sg8 on a device: a software device with
+// subgroup arithmetic in subgroups of at least 8.
+func lqOneSubgroup(info DeviceInfo) bool {
+	return info.Type == CPU && info.SubgroupArith && info.SubgroupSize >= 8
 }
 
 // lqTiled reports whether shader is one of the tiled Linear shaders.

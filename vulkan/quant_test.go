@@ -106,15 +106,16 @@ func TestLinearQ(t *testing.T) {
 }
 
 // lqEachShader runs test with each of Linear's shaders the device can run: int8 dot products
-// for Q8_0 (linearq_dot), subgroup additions (linearq_sg), the shared-memory tree (linearq),
+// for Q8_0 (linearq_dot), subgroup additions (linearq_sg; linearq_sg8 in workgroups of one
+// subgroup), the shared-memory tree (linearq),
 // the tiles of many rows in fp32 (linearq_tiled) and in binary16 (linearq_tiled_f16), each
 // at every M.
 func lqEachShader(t *testing.T, test func(t *testing.T)) {
-	for _, shader := range []string{"linearq_dot", "linearq_sg", "linearq", "linearq_tiled", "linearq_tiled_f16"} {
+	for _, shader := range []string{"linearq_dot", "linearq_sg", "linearq_sg8", "linearq", "linearq_tiled", "linearq_tiled_f16"} {
 		t.Run(shader, func(t *testing.T) {
 			info := device(t).Info
-			if (shader == "linearq_sg" || shader == "linearq_dot") && !info.SubgroupArith ||
-				shader == "linearq_dot" && !info.DotI8 || shader == "linearq_tiled_f16" && !info.FP16 {
+			if strings.HasPrefix(shader, "linearq_sg") && !info.SubgroupArith || shader == "linearq_dot" && !(info.SubgroupArith && info.DotI8) ||
+				shader == "linearq_sg8" && info.SubgroupSize < 8 || shader == "linearq_tiled_f16" && !info.FP16 {
 				t.Skip("the device cannot run " + shader)
 			}
 			lqTestShader = shader
@@ -432,7 +433,7 @@ func BenchmarkLinearQ(b *testing.B) {
 		for _, run := range []struct {
 			m      int64
 			shader string
-		}{{1, ""}, {16, ""}, {64, "linearq_sg"}, {64, "linearq_tiled"}, {64, "linearq_tiled_f16"}} {
+		}{{1, ""}, {1, "linearq_sg"}, {16, ""}, {16, "linearq_sg"}, {64, "linearq_sg"}, {64, "linearq_sg8"}, {64, "linearq_tiled"}, {64, "linearq_tiled_f16"}} {
 			m := run.m
 			name := enc.String() + "/M=" + strconv.Itoa(int(m))
 			if run.shader != "" {
@@ -650,21 +651,26 @@ func TestHalfTilesPolicy(t *testing.T) {
 	}
 }
 
-// Tiles start at 24 x rows unless VOXPIPE_VULKAN_TILE_ROWS says otherwise (0: never); a
-// value that is no count is an error naming the choices.
+// Tiles start at 24 x rows on GPUs and never on software devices that take linearq_sg8,
+// unless VOXPIPE_VULKAN_TILE_ROWS says otherwise (0: never); a value that is no count is an
+// error naming the choices.
 func TestTileRowsPolicy(t *testing.T) {
+	gpu := DeviceInfo{Type: Discrete, SubgroupArith: true, SubgroupSize: 32}
+	cpu := DeviceInfo{Type: CPU, SubgroupArith: true, SubgroupSize: 8}
+	narrow := DeviceInfo{Type: CPU, SubgroupArith: true, SubgroupSize: 4}
 	for _, c := range []struct {
 		env  string
+		info DeviceInfo
 		want int64
-	}{{"", 24}, {"0", 0}, {"64", 64}} {
+	}{{"", gpu, 24}, {"", cpu, 0}, {"", narrow, 24}, {"0", gpu, 0}, {"64", gpu, 64}, {"24", cpu, 24}} {
 		t.Setenv("VOXPIPE_VULKAN_TILE_ROWS", c.env)
-		if got, err := tileRowsPolicy(); err != nil || got != c.want {
-			t.Errorf("env %q: %v, %v (want %v)", c.env, got, err, c.want)
+		if got, err := tileRowsPolicy(c.info); err != nil || got != c.want {
+			t.Errorf("env %q on %+v: %v, %v (want %v)", c.env, c.info, got, err, c.want)
 		}
 	}
 	for _, bad := range []string{"-1", "many", "1e9999"} {
 		t.Setenv("VOXPIPE_VULKAN_TILE_ROWS", bad)
-		if _, err := tileRowsPolicy(); err == nil || !strings.Contains(err.Error(), "0: never") {
+		if _, err := tileRowsPolicy(gpu); err == nil || !strings.Contains(err.Error(), "0: never") {
 			t.Errorf("env %q: %v", bad, err)
 		}
 	}

@@ -8,9 +8,16 @@
 // invocations' parts are summed by subgroup additions and one pass over the subgroups' sums
 // where the device has subgroup arithmetic (linearq_sg.comp defines SUBGROUP_SUM), else by a
 // shared-memory tree (linearq.comp): on lavapipe the tree's seven barriers a pass cost more
-// than the products.
+// than the products. With ONE_SUBGROUP (linearq_sg8.comp, for a device whose subgroups are 8
+// wide: lavapipe) a workgroup is one subgroup of 8 invocations, whose subgroupAdd is the whole
+// sum: no shared memory and no barrier at all, which is what a software device runs fastest.
+#ifdef ONE_SUBGROUP
+layout(local_size_x = 8) in;
+#define WG 8u
+#else
 layout(local_size_x = 128) in;
 #define WG 128u
+#endif
 #define R 2u  // W rows per workgroup
 #define MC 8u // x rows per pass
 layout(std430, binding = 0) readonly buffer X { float x[]; };
@@ -23,7 +30,9 @@ layout(push_constant) uniform P {
 	uint ldy; // y's row stride (N, or more when y is a column slice of a wider output)
 } p;
 
+#ifndef ONE_SUBGROUP
 shared float red[MC * R][WG];
+#endif
 float acc[MC * R]; // acc[m·R + r]: x row m0+m times W row n0+r
 
 // The 16 bits at even byte b.
@@ -200,7 +209,15 @@ void main() {
 			else if (p.enc == 5u) dotQ4K(rb, m0, mc);
 			else dotHalf(p.enc == 6u, rb, m0, mc);
 			uint nv = mc * R;
-#ifdef SUBGROUP_SUM
+#if defined(ONE_SUBGROUP)
+			[[unroll]] for (uint v = 0u; v < MC * R; v++) {
+				if (v < nv) {
+					float sv = subgroupAdd(acc[v]);
+					uint n = n0 + v % R;
+					if (t == 0u && n < p.N) y[p.yoff + (m0 + v / R) * p.ldy + n] = sv + (p.has_bias != 0u ? bias[p.boff + n] : 0.0);
+				}
+			}
+#elif defined(SUBGROUP_SUM)
 			[[unroll]] for (uint v = 0u; v < MC * R; v++) {
 				if (v < nv) {
 					float sv = subgroupAdd(acc[v]);
@@ -223,11 +240,13 @@ void main() {
 				barrier();
 			}
 #endif
+#ifndef ONE_SUBGROUP
 			if (t < nv) {
 				uint n = n0 + t % R;
 				if (n < p.N) y[p.yoff + (m0 + t / R) * p.ldy + n] = red[t][0] + (p.has_bias != 0u ? bias[p.boff + n] : 0.0);
 			}
 			barrier(); // red is rewritten by the next pass
+#endif
 		}
 	}
 }
