@@ -192,6 +192,9 @@ func (p Placement) open(s BackendSpec, role string) (Backend, error) {
 	if note != "" && p.Log != nil {
 		p.Log("%s\n", note)
 	}
+	if v, ok := be.(*Vulkan); ok && p.Log != nil {
+		p.Log("%s: %s\n", v.Name(), v.dev.LinearPaths())
+	}
 	if p.Opened != nil {
 		p.Opened(role, be)
 	}

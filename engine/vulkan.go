@@ -127,7 +127,8 @@ func (v *Vulkan) MemoryInUse() (device, host int64) { return v.dev.MemoryInUse()
 // MemoryPeak implements MemoryReporter.
 func (v *Vulkan) MemoryPeak() int64 { return v.dev.MemoryPeak() }
 
-// Close implements Backend; every buffer and program must be freed before.
+// Close implements Backend. It frees the buffers and programs still open on the device;
+// freeing or closing them afterwards does nothing.
 func (v *Vulkan) Close() { v.dev.Close() }
 
 // Accepts implements EncodingChecker: the shaders read F32 and I32 values and the file

@@ -2,6 +2,7 @@ package vulkan
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -676,6 +677,13 @@ func TestTileRowsPolicy(t *testing.T) {
 	}
 	t.Setenv("VOXPIPE_VULKAN_TILE_ROWS", "")
 	d := device(t)
+	want := "Linear: int8 dot products off, tiles never"
+	if !lqOneSubgroup(d.Info) {
+		want = fmt.Sprintf("Linear: int8 dot products %s, tiles from 24 rows (binary16 %s)", map[bool]string{false: "off", true: "on"}[d.int8Dot], map[bool]string{false: "off", true: "on"}[d.half])
+	}
+	if got := d.LinearPaths(); got != want {
+		t.Errorf("LinearPaths: %q, want %q", got, want)
+	}
 	for _, c := range []struct {
 		rows, m int64
 		want    bool

@@ -292,6 +292,17 @@ func tileRowsPolicy(info DeviceInfo) (int64, error) {
 // to binary16 (see halfTilesPolicy).
 func (d *Device) HalfTiles() bool { return d.half }
 
+// LinearPaths says in one line how Linear runs on the device: the choices of int8DotPolicy,
+// tileRowsPolicy and halfTilesPolicy (for a log line when a model opens the device).
+func (d *Device) LinearPaths() string {
+	onOff := map[bool]string{false: "off", true: "on"}
+	tiles := "never"
+	if d.tileRow > 0 {
+		tiles = fmt.Sprintf("from %d rows (binary16 %s)", d.tileRow, onOff[d.half])
+	}
+	return fmt.Sprintf("Linear: int8 dot products %s, tiles %s", onOff[d.int8Dot], tiles)
+}
+
 // Int8Dot reports whether the device's Q8_0 products of up to 8 rows round x to int8 and
 // sum in integer dot products (see int8DotPolicy).
 func (d *Device) Int8Dot() bool { return d.int8Dot }
