@@ -275,10 +275,8 @@ func MatmulOp(a, b Tensor, bias *Tensor, y Tensor, bT bool) (Dispatch, error) {
 		uint32(b.Off), bb0, bb1, uint32(bk), uint32(bn),
 		uint32(y.Off), yb0, yb1, uint32(y.Stride[r-2]), uint32(y.Stride[r-1]),
 		biasOff, has}
-	shader, tile := "matmul", int64(16)
-	if m >= tiledMatmulRows && n >= tiledMatmulRows {
-		shader, tile = "matmul_tiled", 64
-	}
+	shader := matmulShader(y.Buf.dev, m, n, a.Stride[r-1] == 1 && bk == 1)
+	tile := map[string]int64{"matmul": 16, "matmul_tiled": 64, "matmul_sg8k": 8}[shader]
 	groups := [3]uint32{uint32((n + tile - 1) / tile), uint32((m + tile - 1) / tile), uint32(nb0 * nb1)}
 	if groups[0] > 65535 || groups[1] > 65535 || groups[2] > 65535 {
 		return Dispatch{}, fmt.Errorf("vulkan: matmul %v too large for one dispatch", y.Shape)
@@ -290,6 +288,28 @@ func MatmulOp(a, b Tensor, bias *Tensor, y Tensor, bT bool) (Dispatch, error) {
 // (a DiT step's 16 rows, a decode step's one) keep 16×16 tiles, which give a GPU more
 // workgroups and waste no work on empty rows.
 var tiledMatmulRows int64 = 64
+
+// matmulTestShader, when set, is the shader Matmul takes (matmul_sg8k only where it
+// applies): tests run each on one device.
+var matmulTestShader string
+
+// matmulShader is Matmul's shader for an m×n output on dev, a and b contiguous along k or
+// not: on a software device with subgroup arithmetic in subgroups of 8 or more, matmul_sg8k
+// where both run along k (a Linear), whose workgroups of one subgroup meet no barrier
+// (lavapipe, MioCodec's 2736×394×392 with Wᵀ: 315 ms a product in 64×64 tiles, 114 ms);
+// else the 64×64 tiles from tiledMatmulRows rows and columns, and 16×16 ones below.
+func matmulShader(dev *Device, m, n int64, kContiguous bool) string {
+	sg8k := kContiguous && (matmulTestShader == "matmul_sg8k" || matmulTestShader == "" && dev != nil && lqOneSubgroup(dev.Info))
+	switch {
+	case sg8k:
+		return "matmul_sg8k"
+	case matmulTestShader != "" && matmulTestShader != "matmul_sg8k":
+		return matmulTestShader
+	case m >= tiledMatmulRows && n >= tiledMatmulRows:
+		return "matmul_tiled"
+	}
+	return "matmul"
+}
 
 // Run runs one dispatch at once (a program of one) and waits for it.
 func (d *Device) Run(ds Dispatch) error {

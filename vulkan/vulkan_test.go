@@ -263,16 +263,23 @@ func matmulRef(a, b, bias []float32, batch, m, n, k int, bT, bBatch bool) (y, ma
 	return y, mag
 }
 
-// Matmul against float64 on odd shapes (not multiples of the 16×16 or 64×64 tiles): plain,
-// Bᵀ (a Linear), a batch with b broadcast (stride 0), with and without bias; bound
-// 1e-5·Σ|terms|. The 64×64-tile kernel runs the large shapes, then every shape.
+// Matmul against float64 on odd shapes (not multiples of the 8×8, 16×16 or 64×64 tiles):
+// plain, Bᵀ (a Linear), a batch with b broadcast (stride 0), with and without bias; bound
+// 1e-5·Σ|terms|. Each shader runs every shape: the 16×16 tiles, the 64×64 ones, the
+// software devices' workgroups of one subgroup (matmul_sg8k, where a and b run along k: the
+// Bᵀ shapes; the others then take the device's choice); then the device's own choice.
 func TestMatmul(t *testing.T) {
 	d := device(t)
 	rng := rand.New(rand.NewPCG(7, 8))
-	defer func(r int64) { tiledMatmulRows = r }(tiledMatmulRows)
-	for _, thr := range []int64{tiledMatmulRows, 1} {
-		tiledMatmulRows = thr
-		testMatmul(t, d, rng)
+	for _, shader := range []string{"matmul", "matmul_tiled", "matmul_sg8k", ""} {
+		t.Run("shader="+shader, func(t *testing.T) {
+			if shader == "matmul_sg8k" && !(d.Info.SubgroupArith && d.Info.SubgroupSize >= 8) {
+				t.Skip("the device cannot run " + shader)
+			}
+			matmulTestShader = shader
+			defer func() { matmulTestShader = "" }()
+			testMatmul(t, d, rng)
+		})
 	}
 }
 
