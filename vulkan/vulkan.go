@@ -236,17 +236,7 @@ func Open(index int) (*Device, error) {
 // on a software device (lavapipe), where they are emulated and half as fast as fp32 sums.
 // VOXPIPE_VULKAN_INT8_DOT=0 or 1 overrides it, to compare the two on a GPU.
 func int8DotPolicy(info DeviceInfo) (bool, error) {
-	has := info.DotI8 && info.SubgroupArith
-	switch v := os.Getenv("VOXPIPE_VULKAN_INT8_DOT"); v {
-	case "":
-		return has && info.Type != CPU, nil
-	case "0":
-		return false, nil
-	case "1":
-		return has, nil
-	default:
-		return false, fmt.Errorf("vulkan: VOXPIPE_VULKAN_INT8_DOT=%q: 0 (never), 1 (where the device has integer dot products) or unset (on GPUs that have them)", v)
-	}
+	return gpuFeaturePolicy("VOXPIPE_VULKAN_INT8_DOT", info, info.DotI8 && info.SubgroupArith, "integer dot products")
 }
 
 // halfTilesPolicy decides whether Linear's products of many rows stage their tiles in
@@ -254,8 +244,14 @@ func int8DotPolicy(info DeviceInfo) (bool, error) {
 // where it halves the shared memory a tile takes; not on a software device, where binary16
 // is converted in software. VOXPIPE_VULKAN_F16=0 or 1 overrides it, to compare the two.
 func halfTilesPolicy(info DeviceInfo) (bool, error) {
-	has := info.FP16
-	switch v := os.Getenv("VOXPIPE_VULKAN_F16"); v {
+	return gpuFeaturePolicy("VOXPIPE_VULKAN_F16", info, info.FP16, "shaderFloat16")
+}
+
+// gpuFeaturePolicy is a feature's use on a device that has it (has): on unless the device is
+// a software one, or as the environment variable env says: 0 never, 1 wherever the device
+// has it; any other value is an error naming the choices.
+func gpuFeaturePolicy(env string, info DeviceInfo, has bool, feature string) (bool, error) {
+	switch v := os.Getenv(env); v {
 	case "":
 		return has && info.Type != CPU, nil
 	case "0":
@@ -263,7 +259,7 @@ func halfTilesPolicy(info DeviceInfo) (bool, error) {
 	case "1":
 		return has, nil
 	default:
-		return false, fmt.Errorf("vulkan: VOXPIPE_VULKAN_F16=%q: 0 (never), 1 (where the device has shaderFloat16) or unset (on GPUs that have it)", v)
+		return false, fmt.Errorf("vulkan: %s=%q: 0 (never), 1 (where the device has %s) or unset (on GPUs that have it)", env, v, feature)
 	}
 }
 

@@ -20,30 +20,12 @@ layout(local_size_x = 128) in;
 #endif
 #define R 2u  // W rows per workgroup
 #define MC 8u // x rows per pass
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) readonly buffer W { uint w[]; };
-layout(std430, binding = 2) readonly buffer Bi { float bias[]; };
-layout(std430, binding = 3) writeonly buffer Y { float y[]; };
-layout(push_constant) uniform P {
-	uint M; uint N; uint K; uint enc;
-	uint wbyte; uint rowbytes; uint xoff; uint yoff; uint boff; uint has_bias;
-	uint ldy; // y's row stride (N, or more when y is a column slice of a wider output)
-} p;
+#include "linearq_io.glsl"
 
 #ifndef ONE_SUBGROUP
 shared float red[MC * R][WG];
 #endif
 float acc[MC * R]; // acc[m·R + r]: x row m0+m times W row n0+r
-
-// The 16 bits at even byte b.
-uint rd16(uint b) { return (w[b >> 2] >> ((b & 2u) * 8u)) & 0xffffu; }
-
-// The 32 bits from even byte b (two words when b is not word-aligned).
-uint rd32(uint b) {
-	uint i = b >> 2;
-	if ((b & 2u) == 0u) return w[i];
-	return (w[i] >> 16) | (w[i + 1u] << 16);
-}
 
 // acc += x rows [m0, m0+mc) at k..k+7 · v[r][0..7], scaled by s[r].
 void fma8(uint m0, uint mc, uint k, float v[R][8], float s[R]) {

@@ -9,15 +9,7 @@
 // values are rounded to binary16, which halves the shared memory; their products are exact in
 // fp32 and summed in fp32, as a tensor core's f16 products with fp32 accumulation are.
 layout(local_size_x = 8, local_size_y = 8) in;
-layout(std430, binding = 0) readonly buffer X { float x[]; };
-layout(std430, binding = 1) readonly buffer W { uint w[]; };
-layout(std430, binding = 2) readonly buffer Bi { float bias[]; };
-layout(std430, binding = 3) writeonly buffer Y { float y[]; };
-layout(push_constant) uniform P {
-	uint M; uint N; uint K; uint enc;
-	uint wbyte; uint rowbytes; uint xoff; uint yoff; uint boff; uint has_bias;
-	uint ldy; // y's row stride (N, or more when y is a column slice of a wider output)
-} p;
+#include "linearq_io.glsl"
 
 #ifdef HALF_TILES
 #define TILE float16_t
@@ -26,16 +18,6 @@ layout(push_constant) uniform P {
 #endif
 shared TILE xs[16][65]; // [k][m]
 shared TILE ws[16][65]; // [k][n]
-
-// The 16 bits at even byte b.
-uint rd16(uint b) { return (w[b >> 2] >> ((b & 2u) * 8u)) & 0xffffu; }
-
-// The 32 bits from even byte b (two words when b is not word-aligned).
-uint rd32(uint b) {
-	uint i = b >> 2;
-	if ((b & 2u) == 0u) return w[i];
-	return (w[i] >> 16) | (w[i + 1u] << 16);
-}
 
 float half1(uint h, bool bf) { return bf ? uintBitsToFloat(h << 16) : unpackHalf2x16(h).x; }
 
