@@ -134,6 +134,25 @@ type Device struct {
 	progs  map[*Program]struct{}
 }
 
+// ErrClosed is the error of work asked of a closed device.
+var ErrClosed = errors.New("vulkan: the device is closed")
+
+// track notes a new buffer or program; false (and nothing noted) once the device is closed.
+func (d *Device) track(b *Buffer, p *Program) bool {
+	d.liveMu.Lock()
+	defer d.liveMu.Unlock()
+	if d.closed {
+		return false
+	}
+	if b != nil {
+		d.bufs[b] = struct{}{}
+	}
+	if p != nil {
+		d.progs[p] = struct{}{}
+	}
+	return true
+}
+
 // untrack takes a buffer or program off the live list: false when it was not on it (freed
 // already, or by the device's Close).
 func (d *Device) untrack(b *Buffer, p *Program) bool {
@@ -154,29 +173,11 @@ func (d *Device) untrack(b *Buffer, p *Program) bool {
 	return true
 }
 
+// isClosed reports whether Close has begun.
 func (d *Device) isClosed() bool {
 	d.liveMu.Lock()
 	defer d.liveMu.Unlock()
 	return d.closed
-}
-
-// ErrClosed is the error of work asked of a closed device.
-var ErrClosed = errors.New("vulkan: the device is closed")
-
-// track notes a new buffer or program; false (and nothing noted) once the device is closed.
-func (d *Device) track(b *Buffer, p *Program) bool {
-	d.liveMu.Lock()
-	defer d.liveMu.Unlock()
-	if d.closed {
-		return false
-	}
-	if b != nil {
-		d.bufs[b] = struct{}{}
-	}
-	if p != nil {
-		d.progs[p] = struct{}{}
-	}
-	return true
 }
 
 // MemoryInUse is the memory of the device's live buffers: device-local and host-visible.
