@@ -115,10 +115,6 @@ func (v *Vulkan) Name() string { return "vulkan:" + v.dev.Info.Name }
 // Device describes the device.
 func (v *Vulkan) Device() vulkan.DeviceInfo { return v.dev.Info }
 
-// HalfTiles reports whether Linear's products of many rows stage binary16 tiles on the
-// device (vulkan.Device.HalfTiles).
-func (v *Vulkan) HalfTiles() bool { return v.dev.HalfTiles() }
-
 // MemoryInUse implements MemoryReporter: the device memory this backend's buffers and
 // programs hold (weights, arenas, caches) and the host-visible memory of their inputs,
 // outputs and staging.

@@ -299,12 +299,12 @@ var matmulTestShader string
 // (lavapipe, MioCodec's 2736×394×392 with Wᵀ: 315 ms a product in 64×64 tiles, 114 ms);
 // else the 64×64 tiles from tiledMatmulRows rows and columns, and 16×16 ones below.
 func matmulShader(dev *Device, m, n int64, kContiguous bool) string {
-	sg8k := kContiguous && (matmulTestShader == "matmul_sg8k" || matmulTestShader == "" && dev != nil && lqOneSubgroup(dev.Info))
-	switch {
-	case sg8k:
-		return "matmul_sg8k"
-	case matmulTestShader != "" && matmulTestShader != "matmul_sg8k":
+	if matmulTestShader != "" && (kContiguous || matmulTestShader != "matmul_sg8k") {
 		return matmulTestShader
+	}
+	switch {
+	case kContiguous && lqOneSubgroup(dev.Info):
+		return "matmul_sg8k"
 	case m >= tiledMatmulRows && n >= tiledMatmulRows:
 		return "matmul_tiled"
 	}

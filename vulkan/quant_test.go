@@ -608,47 +608,34 @@ func testLinearQColumnSlices(t *testing.T) {
 	}
 }
 
-// Integer dot products are on by default on GPUs that have them, off on software devices;
-// VOXPIPE_VULKAN_INT8_DOT overrides that, and any other value is an error naming the choices.
-func TestInt8DotPolicy(t *testing.T) {
-	gpu := DeviceInfo{Type: Discrete, DotI8: true, SubgroupArith: true}
-	cpu := DeviceInfo{Type: CPU, DotI8: true, SubgroupArith: true}
-	old := DeviceInfo{Type: Discrete, SubgroupArith: true}
-	for _, c := range []struct {
-		env  string
-		info DeviceInfo
-		want bool
-	}{{"", gpu, true}, {"", cpu, false}, {"", old, false}, {"0", gpu, false}, {"1", cpu, true}, {"1", old, false}} {
-		t.Setenv("VOXPIPE_VULKAN_INT8_DOT", c.env)
-		if got, err := int8DotPolicy(c.info); err != nil || got != c.want {
-			t.Errorf("env %q on %+v: %v, %v (want %v)", c.env, c.info, got, err, c.want)
+// Integer dot products and binary16 tiles are each on by default on GPUs that have them,
+// off on software devices; VOXPIPE_VULKAN_INT8_DOT and VOXPIPE_VULKAN_F16 override that, and
+// any other value is an error naming the choices.
+func TestGPUFeaturePolicies(t *testing.T) {
+	for _, p := range []struct {
+		env, bad      string
+		policy        func(DeviceInfo) (bool, error)
+		gpu, cpu, old DeviceInfo // with the feature, a software device with it, a GPU without
+	}{
+		{"VOXPIPE_VULKAN_INT8_DOT", "yes", int8DotPolicy, DeviceInfo{Type: Discrete, DotI8: true, SubgroupArith: true},
+			DeviceInfo{Type: CPU, DotI8: true, SubgroupArith: true}, DeviceInfo{Type: Discrete, SubgroupArith: true}},
+		{"VOXPIPE_VULKAN_F16", "on", halfTilesPolicy, DeviceInfo{Type: Integrated, FP16: true},
+			DeviceInfo{Type: CPU, FP16: true}, DeviceInfo{Type: Discrete}},
+	} {
+		for _, c := range []struct {
+			env  string
+			info DeviceInfo
+			want bool
+		}{{"", p.gpu, true}, {"", p.cpu, false}, {"", p.old, false}, {"0", p.gpu, false}, {"1", p.cpu, true}, {"1", p.old, false}} {
+			t.Setenv(p.env, c.env)
+			if got, err := p.policy(c.info); err != nil || got != c.want {
+				t.Errorf("%s=%q on %+v: %v, %v (want %v)", p.env, c.env, c.info, got, err, c.want)
+			}
 		}
-	}
-	t.Setenv("VOXPIPE_VULKAN_INT8_DOT", "yes")
-	if _, err := int8DotPolicy(gpu); err == nil || !strings.Contains(err.Error(), "0 (never), 1") {
-		t.Errorf("a bad value: %v", err)
-	}
-}
-
-// Binary16 tiles are on by default on GPUs with shaderFloat16, off on software devices;
-// VOXPIPE_VULKAN_F16 overrides that, and any other value is an error naming the choices.
-func TestHalfTilesPolicy(t *testing.T) {
-	gpu := DeviceInfo{Type: Integrated, FP16: true}
-	cpu := DeviceInfo{Type: CPU, FP16: true}
-	old := DeviceInfo{Type: Discrete}
-	for _, c := range []struct {
-		env  string
-		info DeviceInfo
-		want bool
-	}{{"", gpu, true}, {"", cpu, false}, {"", old, false}, {"0", gpu, false}, {"1", cpu, true}, {"1", old, false}} {
-		t.Setenv("VOXPIPE_VULKAN_F16", c.env)
-		if got, err := halfTilesPolicy(c.info); err != nil || got != c.want {
-			t.Errorf("env %q on %+v: %v, %v (want %v)", c.env, c.info, got, err, c.want)
+		t.Setenv(p.env, p.bad)
+		if _, err := p.policy(p.gpu); err == nil || !strings.Contains(err.Error(), "0 (never), 1") || !strings.Contains(err.Error(), p.env) {
+			t.Errorf("%s=%q: %v", p.env, p.bad, err)
 		}
-	}
-	t.Setenv("VOXPIPE_VULKAN_F16", "on")
-	if _, err := halfTilesPolicy(gpu); err == nil || !strings.Contains(err.Error(), "0 (never), 1") {
-		t.Errorf("a bad value: %v", err)
 	}
 }
 

@@ -290,12 +290,12 @@ vxk_dev *vxk_open(int i, char *err) {
 	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES, .shaderIntegerDotProduct = VK_TRUE};
 	VkPhysicalDeviceShaderFloat16Int8Features f16 = {
 	    .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES, .shaderFloat16 = VK_TRUE};
-	if (vxk_info(i, &info) == 0) {
-		if (info.api >= VK_API_VERSION_1_3 && info.int8_dot) {
+	if (vxk_info(i, &info) == 0) { /* which reports each only from the version that has it */
+		if (info.int8_dot) {
 			dot.pNext = (void *)dci.pNext;
 			dci.pNext = &dot;
 		}
-		if (info.api >= VK_API_VERSION_1_2 && info.fp16) {
+		if (info.fp16) {
 			f16.pNext = (void *)dci.pNext;
 			dci.pNext = &f16;
 		}

@@ -285,10 +285,6 @@ func tileRowsPolicy(info DeviceInfo) (int64, error) {
 	return n, nil
 }
 
-// HalfTiles reports whether the device's Linear products of many rows round their operands
-// to binary16 (see halfTilesPolicy).
-func (d *Device) HalfTiles() bool { return d.half }
-
 // LinearPaths says in one line how Linear runs on the device: the choices of int8DotPolicy,
 // tileRowsPolicy and halfTilesPolicy (for a log line when a model opens the device).
 func (d *Device) LinearPaths() string {
